@@ -1,0 +1,70 @@
+(* Lock count, counted locks, masks and waits; see rig_edge_primitives.mli. *)
+
+external holds : unit -> int = "caml_rig_holds" [@@noalloc]
+external hold : unit -> unit = "caml_rig_hold" [@@noalloc]
+external give : unit -> unit = "caml_rig_give" [@@noalloc]
+
+let check_unheld fn = if holds () <> 0 then invalid_arg (fn ^ ": called inside a lock")
+
+type mask = string
+
+external mask : unit -> mask = "caml_rig_mask"
+external restore : mask -> unit = "caml_rig_restore"
+external unblock : unit -> unit = "caml_rig_unblock" [@@noalloc]
+external block : unit -> unit = "caml_rig_block" [@@noalloc]
+external shield_begin : unit -> mask = "caml_rig_shield_begin"
+external shield_end : mask -> unit = "caml_rig_shield_end"
+external run_pending : unit -> unit = "caml_rig_run_pending"
+external block_all : unit -> unit = "caml_rig_block_all" [@@noalloc]
+external c_fault_signals : unit -> int list = "caml_rig_fault_signals"
+
+let fault_signals = c_fault_signals ()
+
+let masked f =
+  let m = mask () in
+  match f () with
+  | v -> restore m; v
+  | exception e -> restore m; raise e
+
+(* The handlers of signals that came during the step run before the mask
+   closes again, whichever way the step ended; an exception of theirs wins
+   over the step's outcome, as it ends the wait. *)
+let wait step =
+  unblock ();
+  let outcome = match step () with v -> Ok v | exception e -> Error e in
+  (match run_pending () with () -> block () | exception e -> block (); raise e);
+  match outcome with Ok v -> v | Error e -> raise e
+
+let shield f =
+  let m = shield_begin () in
+  match f () with
+  | v -> shield_end m; v
+  | exception e -> shield_end m; raise e
+
+let spawn f = Thread.create (fun () -> block_all (); f ()) ()
+
+module Lock = struct
+  type t = { name : string; rig : bool; m : Mutex.t; owner : int Atomic.t }
+
+  let nobody = -1
+  let create ?(rig = false) name = { name; rig; m = Mutex.create (); owner = Atomic.make nobody }
+  let name l = l.name
+
+  let protect l f =
+    let self = Thread.id (Thread.self ()) in
+    if Atomic.get l.owner = self then invalid_arg (l.name ^ ": taken by the thread that holds it");
+    if l.rig && holds () <> 0 then invalid_arg (l.name ^ ": rig's lock taken inside another lock");
+    hold ();
+    (match Mutex.lock l.m with () -> () | exception e -> give (); raise e);
+    Atomic.set l.owner self;
+    match f () with
+    | v -> Atomic.set l.owner nobody; Mutex.unlock l.m; give (); v
+    | exception e -> Atomic.set l.owner nobody; Mutex.unlock l.m; give (); raise e
+
+  let await l c =
+    let self = Thread.id (Thread.self ()) in
+    Atomic.set l.owner nobody;
+    match wait (fun () -> Condition.wait c l.m) with
+    | () -> Atomic.set l.owner self
+    | exception e -> Atomic.set l.owner self; raise e
+end

@@ -1,0 +1,79 @@
+(** The edge primitives a driver's OCaml code (and rig) uses to count its
+    locks and to block signals (SIG-9): the OCaml side of rig_edge.h.
+
+    The lock count is per system thread and shared with C ([rig_holds ()]
+    of rig_edge.h reads the same counter). *)
+
+(** {1 The lock count} *)
+
+(** [holds ()] is the number of counted locks the calling thread holds. *)
+val holds : unit -> int
+
+(** [hold ()] counts a lock the thread is about to take; [give ()] uncounts
+    one it just gave back (LOCK-3). *)
+val hold : unit -> unit
+val give : unit -> unit
+
+(** [check_unheld fn] raises [Invalid_argument (fn ^ ": called inside a lock")]
+    when [holds () <> 0].  The first thing of every driver function that may
+    take a lock and that rig calls without its own check (LOCK-4), and of
+    every rig call (LOCK-2). *)
+val check_unheld : string -> unit
+
+(** {1 Counted locks} *)
+
+module Lock : sig
+  type t
+
+  (** [create ~rig name]: [rig] marks a lock of rig's own, which no thread
+      holding any counted lock may take (LOCK-7). *)
+  val create : ?rig:bool -> string -> t
+
+  val name : t -> string
+
+  (** [protect l f] takes [l] immediately before the handler that gives it
+      back, runs [f], and gives [l] back first on both the return and the
+      raise (ASYNC-2), counting it from before the take to after the give.
+      Raises Invalid_argument, having taken nothing, if the thread already
+      holds [l], or if [l] is rig's and the thread holds any lock (LOCK-7). *)
+  val protect : t -> (unit -> 'a) -> 'a
+
+  (** [await l c] inside [protect l]: waits on [c], giving [l] back while it
+      blocks, as a wait (see {!wait}); [l] is held again when it returns or
+      raises. *)
+  val await : t -> Condition.t -> unit
+end
+
+(** {1 Signals} *)
+
+(** A thread's signal mask, as saved by {!mask}. *)
+type mask
+
+(** [mask ()] blocks all the calling thread's signals but those a fault
+    raises (rig_mask) and returns the mask it had.  rig calls it before every
+    driver call but locate, peer and signaled (SIG-1). *)
+val mask : unit -> mask
+
+(** [restore m] gives the thread back the mask [m]. *)
+val restore : mask -> unit
+
+(** [masked f] is [f ()] between [mask] and [restore], on both paths. *)
+val masked : (unit -> 'a) -> 'a
+
+(** [wait step] runs a wait's blocking step: it unblocks the signals rig_mask
+    blocked right before [step], and right after it, whether [step] returns
+    or raises, runs the handlers of the signals that came meanwhile and
+    blocks them again (SIG-2, SIG-4).  [step] must release the OCaml runtime
+    while it blocks (SIG-3).  An exception a handler raises ends the wait. *)
+val wait : (unit -> 'a) -> 'a
+
+(** [shield f] runs a finaliser's or an exit handler's body with all signals
+    blocked, its waits included (SIG-7). *)
+val shield : (unit -> 'a) -> 'a
+
+(** [spawn f] starts a driver thread whose signals stay blocked for its life
+    (SIG-8). *)
+val spawn : (unit -> unit) -> Thread.t
+
+(** The signals rig_mask leaves unblocked because a fault raises them. *)
+val fault_signals : int list

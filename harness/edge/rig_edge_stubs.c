@@ -1,0 +1,255 @@
+/* C side of the edge: the per-thread lock count, the signal masks of
+ * rig_edge.h, and the OCaml stubs of Rig_edge and Rig_edge_primitives
+ * (submissions laid out in C memory, calls of a driver's queue functions). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <caml/alloc.h>
+#include <caml/custom.h>
+#include <caml/fail.h>
+#include <caml/memory.h>
+#include <caml/mlvalues.h>
+#include <caml/signals.h>
+#include <caml/threads.h>
+
+#include "rig_edge.h"
+
+/* Exported by the runtime, declared only under CAML_INTERNALS. */
+CAMLextern int caml_rev_convert_signal_number(int);
+
+/* ---------------------------------------------------------------- locks */
+
+static __thread int holds_count;
+
+int rig_holds(void) { return holds_count; }
+void rig_hold(void) { holds_count++; }
+void rig_give(void) { holds_count--; }
+
+value caml_rig_holds(value unit) { (void)unit; return Val_int(holds_count); }
+value caml_rig_hold(value unit) { (void)unit; holds_count++; return Val_unit; }
+value caml_rig_give(value unit) { (void)unit; holds_count--; return Val_unit; }
+
+/* ------------------------------------------------------------- signals */
+
+static const int fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+                                    SIGTRAP, SIGSYS, SIGABRT};
+#define N_FAULT_SIGNALS (sizeof fault_signals / sizeof fault_signals[0])
+
+int rig_fault_signal(int signo) {
+  for (size_t i = 0; i < N_FAULT_SIGNALS; i++)
+    if (fault_signals[i] == signo) return 1;
+  return 0;
+}
+
+static void rig_blocked_set(sigset_t *set) {
+  sigfillset(set);
+  for (size_t i = 0; i < N_FAULT_SIGNALS; i++) sigdelset(set, fault_signals[i]);
+}
+
+/* The mask the thread had when rig (or a driver function's own check)
+ * last masked it: what rig_unblock lets through during a wait. */
+static __thread sigset_t premask;
+static __thread int masked_depth;
+
+void rig_mask(sigset_t *old) {
+  sigset_t set, prev;
+  rig_blocked_set(&set);
+  pthread_sigmask(SIG_SETMASK, &set, &prev);
+  if (masked_depth++ == 0) premask = prev;
+  if (old) *old = prev;
+}
+
+void rig_restore(const sigset_t *old) {
+  if (masked_depth > 0) masked_depth--;
+  pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+void rig_unblock(void) {
+  if (masked_depth > 0) pthread_sigmask(SIG_SETMASK, &premask, NULL);
+}
+
+void rig_block(void) {
+  if (masked_depth > 0) {
+    sigset_t set;
+    rig_blocked_set(&set);
+    pthread_sigmask(SIG_SETMASK, &set, NULL);
+  }
+}
+
+void rig_shield_begin(sigset_t *old) {
+  sigset_t set;
+  rig_blocked_set(&set);
+  pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
+void rig_shield_end(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+/* An OCaml mask is the bytes of a sigset_t, in a string. */
+static value mask_to_value(const sigset_t *s) {
+  value v = caml_alloc_string(sizeof(sigset_t));
+  memcpy(Bytes_val(v), s, sizeof(sigset_t));
+  return v;
+}
+
+value caml_rig_mask(value unit) {
+  (void)unit;
+  sigset_t old;
+  rig_mask(&old);
+  return mask_to_value(&old);
+}
+
+value caml_rig_restore(value m) {
+  sigset_t s;
+  memcpy(&s, String_val(m), sizeof s);
+  rig_restore(&s);
+  return Val_unit;
+}
+
+value caml_rig_unblock(value unit) { (void)unit; rig_unblock(); return Val_unit; }
+value caml_rig_block(value unit) { (void)unit; rig_block(); return Val_unit; }
+
+value caml_rig_shield_begin(value unit) {
+  (void)unit;
+  sigset_t old;
+  rig_shield_begin(&old);
+  return mask_to_value(&old);
+}
+
+value caml_rig_shield_end(value m) {
+  sigset_t s;
+  memcpy(&s, String_val(m), sizeof s);
+  rig_shield_end(&s);
+  return Val_unit;
+}
+
+/* Runs the OCaml handlers of pending signals now; raises what they raise. */
+value caml_rig_run_pending(value unit) {
+  (void)unit;
+  caml_process_pending_actions();
+  return Val_unit;
+}
+
+/* Blocks every signal of the calling thread, for the life of a thread a
+ * driver starts (SIG-8). */
+value caml_rig_block_all(value unit) {
+  (void)unit;
+  sigset_t set;
+  rig_blocked_set(&set);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  return Val_unit;
+}
+
+value caml_rig_fault_signals(value unit) {
+  CAMLparam1(unit);
+  CAMLlocal2(list, cell);
+  list = Val_emptylist;
+  for (size_t i = N_FAULT_SIGNALS; i-- > 0;) {
+    cell = caml_alloc(2, 0);
+    Store_field(cell, 0, Val_int(caml_rev_convert_signal_number(fault_signals[i])));
+    Store_field(cell, 1, list);
+    list = cell;
+  }
+  CAMLreturn(list);
+}
+
+/* --------------------------------------------------------- submissions */
+
+/* A submission's C memory lives outside the OCaml heap, so that a blocking
+ * queue call may run without the runtime lock while the GC moves blocks. */
+static void submission_finalize(value v) {
+  struct rig_submission *s = *(struct rig_submission **)Data_custom_val(v);
+  if (s) {
+    free((void *)s->parts);
+    free(s);
+  }
+}
+
+static struct custom_operations submission_ops = {
+    "rig_conform.submission", submission_finalize, custom_compare_default,
+    custom_hash_default, custom_serialize_default, custom_deserialize_default,
+    custom_compare_ext_default, custom_fixed_length_default};
+
+#define Submission_val(v) (*(struct rig_submission **)Data_custom_val(v))
+
+/* parts: an array of (op, int64 array of args) */
+value caml_rig_encode(value parts) {
+  CAMLparam1(parts);
+  CAMLlocal1(v);
+  mlsize_t n = Wosize_val(parts);
+  struct rig_submission *s = calloc(1, sizeof *s);
+  struct rig_part *p = calloc(n ? n : 1, sizeof *p);
+  if (!s || !p) {
+    free(s);
+    free(p);
+    caml_raise_out_of_memory();
+  }
+  for (mlsize_t i = 0; i < n; i++) {
+    value part = Field(parts, i);
+    value args = Field(part, 1);
+    p[i].op = (uint32_t)Int_val(Field(part, 0));
+    for (mlsize_t k = 0; k < Wosize_val(args) && k < RIG_PART_ARGS; k++)
+      p[i].a[k] = (uint64_t)Int64_val(Field(args, k));
+  }
+  s->n_parts = (uint32_t)n;
+  s->parts = p;
+  v = caml_alloc_custom_mem(&submission_ops, sizeof s, sizeof *s + n * sizeof *p);
+  Submission_val(v) = s;
+  CAMLreturn(v);
+}
+
+/* ---------------------------------------------------------- queue calls */
+
+#define Fns_val(v) ((const struct rig_queue_fns *)Nativeint_val(v))
+#define Dev_val(v) ((void *)Nativeint_val(v))
+
+/* Each call runs without the runtime lock when the device may block, so
+ * that other OCaml threads run meanwhile. */
+value caml_rig_queue_room(value fns, value dev, value sub, value may_block) {
+  const struct rig_queue_fns *f = Fns_val(fns);
+  void *d = Dev_val(dev);
+  const struct rig_submission *s = Submission_val(sub);
+  int r;
+  if (Bool_val(may_block)) {
+    caml_release_runtime_system();
+    r = f->room(d, s);
+    caml_acquire_runtime_system();
+  } else {
+    r = f->room(d, s);
+  }
+  return Val_int(r);
+}
+
+value caml_rig_queue_submit(value fns, value dev, value sub, value val,
+                            value may_block) {
+  const struct rig_queue_fns *f = Fns_val(fns);
+  void *d = Dev_val(dev);
+  const struct rig_submission *s = Submission_val(sub);
+  uint64_t v = (uint64_t)Long_val(val);
+  int r;
+  if (Bool_val(may_block)) {
+    caml_release_runtime_system();
+    r = f->submit(d, s, v);
+    caml_acquire_runtime_system();
+  } else {
+    r = f->submit(d, s, v);
+  }
+  return Val_int(r);
+}
+
+value caml_rig_queue_commit(value fns, value dev, value may_block) {
+  const struct rig_queue_fns *f = Fns_val(fns);
+  void *d = Dev_val(dev);
+  int r;
+  if (Bool_val(may_block)) {
+    caml_release_runtime_system();
+    r = f->commit(d);
+    caml_acquire_runtime_system();
+  } else {
+    r = f->commit(d);
+  }
+  return Val_int(r);
+}

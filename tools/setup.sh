@@ -1,0 +1,51 @@
+#!/bin/sh
+# One-time set-up of a fresh Debian 12 machine for rig-conform, idempotent.
+# Installs the Debian packages the build and tests need, and makes sure an
+# OCaml >= 5.1 exists: the one on PATH if it is recent enough, otherwise
+# OCaml 5.3.0 built once from the npm registry's source into a cache outside
+# the checkout (RIG_OCAML_CACHE, default ~/.cache/rig-conform) and reused.
+# Prints, as its last line, the bin directory of the OCaml to use.
+set -eu
+
+cache="${RIG_OCAML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rig-conform}"
+prefix="$cache/ocaml-5.3.0"
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+need_pkgs=""
+for p in ocaml-dune python3-pytest python3-hypothesis clang libclang-rt-14-dev make gcc; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs="$need_pkgs $p"
+done
+if [ -n "$need_pkgs" ]; then
+  log "installing Debian packages:$need_pkgs"
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $need_pkgs >&2
+fi
+
+ocaml_ok() { # $1: an ocamlfind-free ocamlc; true when it is >= 5.1
+  v=$("$1" -version 2>/dev/null) || return 1
+  major=${v%%.*}; rest=${v#*.}; minor=${rest%%.*}
+  [ "$major" -gt 5 ] || { [ "$major" -eq 5 ] && [ "$minor" -ge 1 ]; }
+}
+
+if command -v ocamlc >/dev/null 2>&1 && ocaml_ok "$(command -v ocamlc)"; then
+  dirname "$(command -v ocamlc)"
+  exit 0
+fi
+if [ -x "$prefix/bin/ocamlc" ] && ocaml_ok "$prefix/bin/ocamlc"; then
+  echo "$prefix/bin"
+  exit 0
+fi
+
+log "building OCaml 5.3.0 into $prefix (once; about 5 minutes)"
+mkdir -p "$cache"
+work=$(mktemp -d "$cache/build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+( cd "$work" && npm pack --silent ocaml@5.3.0 >/dev/null && tar xzf ocaml-5.3.0.tgz )
+src="$work/package"
+( cd "$src" && ./configure --prefix="$prefix" >"$work/configure.log" 2>&1 \
+    || { tail -30 "$work/configure.log" >&2; exit 1; }
+  make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -40 "$work/make.log" >&2; exit 1; }
+  make install >"$work/install.log" 2>&1 || { tail -40 "$work/install.log" >&2; exit 1; } )
+ocaml_ok "$prefix/bin/ocamlc" || { log "built OCaml does not answer -version"; exit 1; }
+echo "$prefix/bin"
