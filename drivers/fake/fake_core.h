@@ -1,0 +1,140 @@
+/* fake_core.h: the fake rig device, in C, for the reference fake driver.
+ *
+ * A fake device is host memory with per-kind byte budgets, a queue of
+ * submission parts run in order by a worker pthread, a 64-bit timeline
+ * word, and loaded images whose functions spin, fault, hang, fill or do
+ * nothing.  fake_stubs.c exposes it to OCaml (fake.ml); rig calls its queue
+ * functions (fake_queue_fns) directly.
+ *
+ * Locking: each device has one mutex; no function takes two device mutexes
+ * at once, so the driver's locks have a single order (LOCK-8).  Every take
+ * is counted with rig_hold/rig_give (LOCK-3).
+ */
+#ifndef FAKE_CORE_H
+#define FAKE_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rig_edge.h"
+
+/* Memory kinds, in the order of Rig_edge.memory's constructors. */
+enum fake_kind { FAKE_DEVICE = 0, FAKE_MAPPED = 1, FAKE_PINNED = 2 };
+#define FAKE_KINDS 3
+
+/* Ops of an image's functions. */
+enum fake_op { FAKE_NOP = 0, FAKE_SPIN, FAKE_FAULT, FAKE_HANG, FAKE_FILL };
+
+/* Each mutant breaks one clause (the list, with clause IDs, is in fake.ml,
+ * whose codes must match these). */
+enum fake_mutant {
+  FAKE_M_NONE = 0,
+  FAKE_M_ALLOC_OVERLAP,          /* MEM-2 */
+  FAKE_M_PEER_LIVE,              /* MEM-4 (OCaml side) */
+  FAKE_M_MAP_PEER_COPY,          /* MEM-5 */
+  FAKE_M_MAP_HOST_EXACT,         /* MEM-7 */
+  FAKE_M_DMA_VAGUE,              /* MEM-8 (OCaml side) */
+  FAKE_M_IMAGE_TAKES_ANYTHING,   /* CODE-1 (OCaml side) */
+  FAKE_M_ENTRY_REMAKES,          /* CODE-2 */
+  FAKE_M_ENTRY_LEAKS,            /* CODE-3 */
+  FAKE_M_ENTRY_TOO_BIG_NO_MEMORY,/* CODE-5 */
+  FAKE_M_PREPARE_REPORTS,        /* CODE-6 (OCaml side) */
+  FAKE_M_PREPARE_RESTARTS,       /* CODE-7 */
+  FAKE_M_SLEEP_NO_EARLY_RETURN,  /* TIME-3 */
+  FAKE_M_SLEEP_OVERSTAYS,        /* TIME-4 */
+  FAKE_M_SLEEP_CONSUMES_FAULT,   /* TIME-5 */
+  FAKE_M_STOP_WAITS,             /* STOP-2 */
+  FAKE_M_STOP_NO_LAST_VALUE,     /* STOP-3 */
+  FAKE_M_STOP_RUNS_ENCODED,      /* STOP-4 */
+  FAKE_M_STOP_DROPS_WORD,        /* STOP-5 (OCaml side) */
+  FAKE_M_LATE_WORD_WRITE,        /* STOP-6 */
+  FAKE_M_FREE_TOUCHES_NEW        /* STOP-8 (OCaml side) */
+};
+
+/* Bytes of Device memory a queue slot (one part) costs. */
+#define FAKE_PART_BYTES 64
+
+struct fake_config {
+  uint64_t budget[FAKE_KINDS]; /* bytes per kind; 0: the device has none */
+  uint32_t queue_slots;        /* initial queue capacity, in parts */
+  int mutant;                  /* enum fake_mutant */
+};
+
+struct fake_dev;
+struct fake_region;
+struct fake_image;
+
+/* ------------------------------------------------------------ devices */
+
+/* A new device with its worker running, or NULL.  The caller owns one
+ * reference (fake_dev_release); the worker owns another until it exits. */
+struct fake_dev *fake_dev_open(const struct fake_config *cfg);
+void fake_dev_release(struct fake_dev *d);
+
+/* The word, read with acquire order.  Takes no lock. */
+uint64_t fake_dev_word(struct fake_dev *d);
+
+/* Whether the device stopped or faulted.  Takes no lock. */
+int fake_dev_dead(struct fake_dev *d);
+
+/* Bytes of kind k in use (regions, scratch, queue slots). */
+uint64_t fake_dev_used(struct fake_dev *d, int kind);
+
+/* Adds delta to the bytes of kind k in use (free-touches-new mutant). */
+void fake_dev_charge(struct fake_dev *d, int kind, int64_t delta);
+
+/* The device's word region, made at open. */
+struct fake_region *fake_dev_word_region(struct fake_dev *d);
+
+/* ------------------------------------------------------------ regions */
+
+struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n);
+struct fake_region *fake_map_peer(struct fake_dev *d, struct fake_region *r);
+/* p is page-aligned; NULL if not or on no memory. */
+struct fake_region *fake_map_host(struct fake_dev *d, void *p, size_t n);
+void fake_free(struct fake_dev *d, struct fake_region *r);
+
+uint64_t fake_region_handle(const struct fake_region *r);
+size_t fake_region_size(const struct fake_region *r);
+/* Host copies; 0 on success, -1 out of bounds.  Take no lock. */
+int fake_region_read(struct fake_region *r, size_t off, void *into, size_t len);
+int fake_region_write(struct fake_region *r, size_t off, const void *from, size_t len);
+
+/* ------------------------------------------------------------- images */
+
+/* An image of n functions (names copied), or NULL on no memory. */
+struct fake_image *fake_image_load(struct fake_dev *d, size_t n,
+                                   const char *const *names,
+                                   const uint64_t *scratch, const int *ops);
+
+#define FAKE_ENTRY_TOO_BIG (-1)
+#define FAKE_ENTRY_NO_MEMORY (-2)
+/* The entry handle (> 0) of function i, or one of the codes above. */
+int64_t fake_entry(struct fake_image *im, size_t i);
+/* Makes the entry of function i if it has none; reports nothing. */
+void fake_prepare(struct fake_image *im, size_t i);
+uint64_t fake_image_scratch(const struct fake_image *im, size_t i);
+void fake_unload(struct fake_image *im);
+
+/* ------------------------------------------------- queues and timeline */
+
+extern const struct rig_queue_fns fake_queue_fns;
+
+/* 0 for Grown, else the bytes the growth still lacks. */
+uint64_t fake_grow(struct fake_dev *d);
+
+/* 0 when it returns, 1 when the device faulted (fake_fault_reason). */
+int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms);
+void fake_fault_reason(struct fake_dev *d, char *buf, size_t len);
+
+void fake_stop(struct fake_dev *d);
+
+/* --------------------------------------------------- fault injection */
+
+enum fake_inj_fn { FAKE_INJ_SUBMIT = 0, FAKE_INJ_COMMIT = 1 };
+enum fake_inj_mode { FAKE_INJ_NONE = 0, FAKE_INJ_FAIL = 1, FAKE_INJ_FAULT = 2 };
+/* The nth call of fn from now fails (FAIL), or faults the device with why
+ * and fails (FAULT).  mode NONE clears. */
+void fake_inject(int fn, long nth, int mode, const char *why);
+
+#endif /* FAKE_CORE_H */

@@ -1,0 +1,15 @@
+(* Cases and findings; see case.mli. *)
+
+type finding = { clause : string; detail : string }
+type result = Ran of finding list | Not_applicable of string
+
+type t = {
+  name : string;
+  clauses : string list;
+  run : (module Rig_edge.Package) -> seed:int -> result;
+}
+
+let finding clause fmt = Printf.ksprintf (fun detail -> { clause; detail }) fmt
+
+let expect acc clause cond fmt =
+  Printf.ksprintf (fun detail -> if not cond then acc := { clause; detail } :: !acc) fmt

@@ -1,0 +1,561 @@
+(* The validation layer; see validate.mli.  One bookkeeping mutex, held only
+   around the wrapper's own records and never across a driver call. *)
+
+type phase = Start | Return of string | Raise of string
+
+type event = {
+  seq : int;
+  thread : int;
+  device : string;
+  fn : string;
+  counted : bool;
+  phase : phase;
+}
+
+type violation = { clause : string; detail : string; events : event list }
+
+exception Abandoned of string
+
+type user_act = Open of string | Close of string
+
+(* Grace beyond the rig's hang bound before GUAR-7 calls a rig unbounded:
+   generous, since only a rig that never gives up should trip it. *)
+let hang_grace_ms = 1500
+
+(* Signals rig_mask must block (SIG-1): a sample of those a fault does not raise. *)
+let must_be_blocked =
+  Sys.[ sigint; sigterm; sighup; sigquit; sigusr1; sigusr2; sigalrm; sigpipe; sigchld ]
+
+(* The functions after whose other exceptions a device is lost (EXC-1). *)
+let losing_fns =
+  [ "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "reach"; "entry"; "grow"; "unload" ]
+
+(* What a rig may still call on a lost device before its stop. *)
+let allowed_after_loss = [ "stop"; "free"; "unload"; "signaled"; "locate"; "peer"; "facts" ]
+let allowed_after_stop = [ "free"; "unload"; "signaled" ]
+let unmasked_fns = [ "locate"; "peer"; "signaled" ]
+
+let short_exn e = match e with Invalid_argument s -> "Invalid_argument " ^ s | e -> Printexc.to_string e
+
+module Make (D : Rig_edge.Driver) = struct
+  type dev = {
+    id : string;
+    name : string;
+    d : D.t;
+    facts : D.region Rig_edge.facts;
+    mutable stops : int;
+    mutable stopped : bool;
+    mutable loss : (string * string * event) option;  (* clause, why, the event *)
+    mutable faulted : event option;                   (* a Fault from a counted call *)
+    mutable in_flight : (int * string * event) list;  (* thread, fn, start event *)
+    mutable last_submitted : int option;
+    mutable observed : int;                           (* the highest word signaled answered *)
+    mutable pending : (int * int list) list;          (* value, region ids its work uses *)
+    mutable word : region option;
+    mutable word_freed : bool;
+    mutable stall : (int * float) option;             (* seen, since *)
+    mutable stalled_ms : float;                       (* longest stall on pending work *)
+  }
+
+  and kind = Alloc of Rig_edge.memory | Peer of region | Host | Word
+
+  and region = {
+    rid : int;
+    r : D.region;
+    owner : dev;
+    kind : kind;
+    mutable freed : bool;
+    mutable free_raised : bool;
+    mutable mappings : int;
+  }
+
+  type t = dev
+  type image = { iid : int; i : D.image; idev : dev; mutable unloaded : bool }
+
+  exception Fault = D.Fault
+
+  let key = D.key
+  let lock = Mutex.create ()
+  let changed = Condition.create ()
+  let locked f = Mutex.protect lock f
+  let seq = ref 0
+  let trace = ref []
+  let violations = ref []
+  let hang_ms = ref max_int
+  let acts : (int * user_act) list ref = ref []
+  let next_id = ref 0
+  let opens = Hashtbl.create 8
+  let by_handle : (int64, region) Hashtbl.t = Hashtbl.create 64
+  let devices : dev list ref = ref []
+
+  let fresh () = incr next_id; !next_id
+  let self () = Thread.id (Thread.self ())
+  let now_ms () = Unix.gettimeofday () *. 1000.
+
+  let record dev fn counted phase =
+    incr seq;
+    let e = { seq = !seq; thread = self (); device = dev; fn; counted; phase } in
+    trace := e :: !trace;
+    e
+
+  let violate clause events fmt =
+    Printf.ksprintf (fun detail -> violations := { clause; detail; events } :: !violations) fmt
+
+  (* ---- per-thread protocol state: fallbacks, entry streaks, queues ---- *)
+
+  (* Per submission (physical identity): grows asked, last answer, whether
+     room came after it. *)
+  type sub_state = { sub : Rig_edge.submission; sdev : dev; mutable grows : int;
+                     mutable last_short : int option; first : event }
+
+  type thread_state = {
+    mutable expect_fallback : (dev * int * event) option;    (* GUAR-6 *)
+    mutable entry_streak : (int * string * int * event) option;  (* image, f, asks, first *)
+    mutable last_room : (dev * Rig_edge.room) option;
+    mutable grew : (dev * Rig_edge.grow_answer) option;      (* grow since the last room *)
+    mutable room_sub : sub_state option;   (* the submission of the last room *)
+  }
+
+  let threads : (int, thread_state) Hashtbl.t = Hashtbl.create 8
+
+  let tstate () =
+    let t = self () in
+    match Hashtbl.find_opt threads t with
+    | Some s -> s
+    | None ->
+        let s = { expect_fallback = None; entry_streak = None; last_room = None; grew = None; room_sub = None } in
+        Hashtbl.replace threads t s;
+        s
+
+  let subs : sub_state list ref = ref []
+
+  let sub_state dev s first =
+    match List.find_opt (fun x -> x.sub == s) !subs with
+    | Some x -> x
+    | None ->
+        let x = { sub = s; sdev = dev; grows = 0; last_short = None; first } in
+        subs := x :: !subs;
+        x
+
+  let close_entry_streak ts =
+    (match ts.entry_streak with
+    | Some (_, f, asks, first) when asks < 4 ->
+        violate "CODE-4" [ first ]
+          "entry %S answered No_memory %d time(s) and rig gave up without asking after each of the rounds (4 asks)"
+          f asks
+    | _ -> ());
+    ts.entry_streak <- None
+
+  (* ---- the checks every call starts with ---- *)
+
+  let check_entry dev fn counted e =
+    if not (List.mem fn unmasked_fns) then begin
+      if Rig_edge_primitives.holds () <> 0 then
+        violate "LOCK-1" [ e ] "%s called on a thread that holds %d counted lock(s)" fn
+          (Rig_edge_primitives.holds ());
+      let mask = Thread.sigmask Unix.SIG_BLOCK [] in
+      let open_ = List.filter (fun s -> not (List.mem s mask)) must_be_blocked in
+      if open_ <> [] then
+        violate "SIG-1" [ e ] "%s called with signals unblocked (%d of the sampled signals)" fn
+          (List.length open_)
+    end;
+    if dev.stopped && fn <> "stop" && not (List.mem fn allowed_after_stop) then
+      violate "CNT-4" [ e ] "%s called on %s after its stop" fn dev.id
+    else
+      (match dev.loss with
+      | Some (clause, why, cause) when (not dev.stopped) && not (List.mem fn allowed_after_loss) ->
+          violate clause [ e; cause ] "%s called on %s after it was lost (%s)" fn dev.id why
+      | _ -> ());
+    let ts = tstate () in
+    (match ts.expect_fallback with
+    | Some (d', _, first) when d' == dev && fn <> "alloc" ->
+        violate "GUAR-6" [ first; e ] "alloc of Mapped answered None and rig called %s instead of falling back" fn;
+        ts.expect_fallback <- None
+    | _ -> ());
+    if counted then dev.in_flight <- (e.thread, fn, e) :: dev.in_flight;
+    Condition.broadcast changed
+
+  let lose dev clause why e =
+    if dev.loss = None && not dev.stopped then dev.loss <- Some (clause, why, e)
+
+  let finish_call dev fn counted e outcome =
+    if counted then
+      dev.in_flight <- List.filter (fun (_, _, s) -> s != e) dev.in_flight;
+    let phase, exn =
+      match outcome with
+      | Ok s -> (Return s, None)
+      | Error ex -> (Raise (short_exn ex), Some ex)
+    in
+    let fin = record dev.id fn counted phase in
+    (match exn with
+    | Some (D.Fault why) when counted && not dev.stopped ->
+        if dev.faulted = None then dev.faulted <- Some fin;
+        lose dev "CNT-6" ("Fault " ^ why ^ " from " ^ fn) fin
+    | Some (Invalid_argument _) when fn = "entry" -> ()
+    | Some ex when List.mem fn losing_fns && not dev.stopped ->
+        lose dev "EXC-1" (short_exn ex ^ " from " ^ fn) fin
+    | _ -> ());
+    Condition.broadcast changed;
+    fin
+
+  (* Wraps one driver call: checks at its start, records its outcome. *)
+  let call dev fn ~counted ?(pre = fun _ -> ()) ?(show = fun _ -> "") f =
+    let e =
+      locked (fun () ->
+          let e = record dev.id fn counted Start in
+          check_entry dev fn counted e;
+          pre e;
+          e)
+    in
+    match f () with
+    | v ->
+        ignore (locked (fun () -> finish_call dev fn counted e (Ok (show v))));
+        v
+    | exception ex ->
+        ignore (locked (fun () -> finish_call dev fn counted e (Error ex)));
+        raise ex
+
+  (* ---- devices ---- *)
+
+  let opener (o : D.t Rig_edge.opener) =
+    let make () =
+      let d = o.make () in
+      let facts = D.facts d in
+      locked (fun () ->
+          let n = 1 + Option.value ~default:0 (Hashtbl.find_opt opens o.name) in
+          Hashtbl.replace opens o.name n;
+          let dev =
+            { id = Printf.sprintf "%s#%d" o.name n; name = o.name; d; facts; stops = 0;
+              stopped = false; loss = None; faulted = None; in_flight = []; last_submitted = None;
+              observed = 0; pending = []; word = None; word_freed = false; stall = None;
+              stalled_ms = 0. }
+          in
+          dev.word <-
+            Option.map
+              (fun r -> { rid = fresh (); r; owner = dev; kind = Word; freed = false;
+                          free_raised = false; mappings = 0 })
+              facts.own_word;
+          ignore (record dev.id "make" false (Return ""));
+          devices := dev :: !devices;
+          dev)
+    in
+    { Rig_edge.name = o.name; make }
+
+  let user act f =
+    let me = (self (), act) in
+    locked (fun () -> acts := me :: !acts);
+    Fun.protect ~finally:(fun () -> locked (fun () -> acts := List.filter (( != ) me) !acts)) f
+
+  let set_hang_ms ms = locked (fun () -> hang_ms := ms)
+
+  let await_in_flight fn =
+    locked (fun () ->
+        let inside () = List.exists (fun dev -> List.exists (fun (_, f, _) -> f = fn) dev.in_flight) !devices in
+        while not (inside ()) do Condition.wait changed lock done)
+
+  let make_region owner kind r =
+    { rid = fresh (); r; owner; kind; freed = false; free_raised = false; mappings = 0 }
+
+  (* ---- the Driver ---- *)
+
+  let wrap_queue dev (q : Rig_edge.queue) =
+    let cb = dev.facts.may_block in
+    let room s =
+      let pre e =
+        let st = sub_state dev s e in
+        if st.grows >= 4 && st.last_short <> None then
+          violate "QUEUE-6" [ st.first; e ] "room asked again after the fourth Short of a submission"
+      in
+      let answer = call dev "room" ~counted:cb ~pre ~show:(function Rig_edge.Room -> "RIG_ROOM" | Grow -> "RIG_GROW") (fun () -> q.room s) in
+      locked (fun () ->
+          let ts = tstate () in
+          ts.last_room <- Some (dev, answer);
+          ts.grew <- None;
+          let st = sub_state dev s (List.hd !trace) in
+          ts.room_sub <- Some st;
+          st.last_short <- None);
+      answer
+    in
+    let submit s ~value =
+      let pre e =
+        let ts = tstate () in
+        (match ts.grew with
+        | Some (d', Rig_edge.Short _) when d' == dev ->
+            violate "QUEUE-4" [ e ] "submit after a Short without asking room again"
+        | _ -> ());
+        dev.last_submitted <- Some value;
+        let uses =
+          List.concat_map
+            (function
+              | Rig_edge.Fill { dst; _ } -> [ dst ]
+              | Copy { src; dst; _ } -> [ src; dst ]
+              | Launch { args; _ } -> args)
+            (Rig_edge.parts s)
+          |> List.filter_map (fun h -> Hashtbl.find_opt by_handle h)
+          |> List.map (fun r -> r.rid)
+        in
+        dev.pending <- (value, uses) :: dev.pending;
+        subs := List.filter (fun x -> x.sub != s) !subs
+      in
+      let ok = call dev "submit" ~counted:cb ~pre ~show:string_of_bool (fun () -> q.submit s ~value) in
+      if not ok then locked (fun () -> lose dev "CNT-6" "failed submit" (List.hd !trace));
+      ok
+    in
+    let commit () =
+      let ok = call dev "commit" ~counted:cb ~show:string_of_bool (fun () -> q.commit ()) in
+      if not ok then locked (fun () -> lose dev "CNT-6" "failed commit" (List.hd !trace));
+      ok
+    in
+    { Rig_edge.room; submit; commit }
+
+  let facts dev =
+    call dev "facts" ~counted:false (fun () ->
+        let f = D.facts dev.d in
+        { Rig_edge.may_block = f.may_block; host_addresses = f.host_addresses;
+          maps_host = f.maps_host; own_word = dev.word; queue = wrap_queue dev f.queue })
+
+  let locate dev r =
+    call dev "locate" ~counted:false (fun () ->
+        let p = D.locate dev.d r.r in
+        locked (fun () -> Hashtbl.replace by_handle p.handle r);
+        let reach =
+          Option.map (fun f access -> call dev "reach" ~counted:true (fun () -> f access)) p.reach
+        in
+        { p with reach })
+
+  let peer a b =
+    call a "peer" ~counted:false
+      ~pre:(fun e -> if a == b then violate "GUAR-3" [ e ] "peer asked of %s with itself" a.id)
+      (fun () -> D.peer a.d b.d)
+
+  let alloc dev m n =
+    let pre e =
+      if n <= 0 || n mod Rig_edge.word <> 0 then
+        violate "MEM-1" [ e ] "alloc of %d bytes: not a positive multiple of Rig.word" n;
+      let ts = tstate () in
+      match ts.expect_fallback with
+      | Some (d', n', first) when d' == dev ->
+          ts.expect_fallback <- None;
+          let ok = (m = Rig_edge.Pinned || (m = Device && dev.facts.host_addresses)) && n = n' in
+          if not ok then
+            violate "GUAR-6" [ first; e ]
+              "after alloc of Mapped answered None rig asked %s (host_addresses=%b) instead of Pinned"
+              (match m with Device -> "Device" | Mapped -> "Mapped" | Pinned -> "Pinned")
+              dev.facts.host_addresses
+      | _ -> ()
+    in
+    let r = call dev "alloc" ~counted:true ~pre ~show:(function None -> "None" | Some _ -> "Some") (fun () -> D.alloc dev.d m n) in
+    locked (fun () ->
+        match r with
+        | None ->
+            if m = Rig_edge.Mapped then (tstate ()).expect_fallback <- Some (dev, n, List.hd !trace);
+            None
+        | Some r -> Some (make_region dev (Alloc m) r))
+
+  let check_free_timing dev region e what =
+    match dev.last_submitted with
+    | Some last when dev.stopped && dev.observed < last ->
+        violate "STOP-7" [ e ] "%s after stop while the word was last seen at %d, not the last value %d"
+          what dev.observed last
+    | _ when not dev.stopped -> (
+        match region with
+        | Some r ->
+            List.iter
+              (fun (v, uses) ->
+                if v > dev.observed && List.mem r.rid uses then
+                  violate "MEM-3" [ e ] "free of a region that work of value %d (word seen at %d) uses" v
+                    dev.observed)
+              dev.pending
+        | None -> ())
+    | _ -> ()
+
+  let free dev r =
+    let pre e =
+      if r.freed || r.free_raised then violate "GUAR-1" [ e ] "region %d freed again" r.rid
+      else if r.owner != dev then violate "GUAR-1" [ e ] "region %d of %s freed on %s" r.rid r.owner.id dev.id
+      else if r.mappings > 0 then
+        violate "GUAR-2" [ e ] "region %d freed while %d map_peer region(s) over it live" r.rid r.mappings;
+      if r.kind = Word then dev.word_freed <- true;
+      check_free_timing dev (Some r) e "free"
+    in
+    let counted = not dev.stopped in
+    match call dev "free" ~counted ~pre (fun () -> D.free dev.d r.r) with
+    | () ->
+        locked (fun () ->
+            r.freed <- true;
+            match r.kind with Peer over -> over.mappings <- over.mappings - 1 | _ -> ())
+    | exception ex ->
+        locked (fun () -> r.free_raised <- true);
+        raise ex
+
+  let map_peer a b r =
+    let pre e =
+      if a == b then violate "GUAR-3" [ e ] "map_peer asked of %s with itself" a.id
+    in
+    let m = call a "map_peer" ~counted:true ~pre (fun () -> D.map_peer a.d b.d r.r) in
+    locked (fun () ->
+        r.mappings <- r.mappings + 1;
+        make_region a (Peer r) m)
+
+  let map_host dev p n =
+    let pre e =
+      if not dev.facts.maps_host then violate "MEM-6" [ e ] "map_host on %s, which does not declare maps_host" dev.id
+      else if n <= 0 || Nativeint.rem p 4096n <> 0n then
+        violate "MEM-6" [ e ] "map_host of %d bytes at %nx: not a page start or not positive" n p
+    in
+    let m = call dev "map_host" ~counted:true ~pre (fun () -> D.map_host dev.d p n) in
+    locked (fun () -> make_region dev Host m)
+
+  let dma dev r ~fn =
+    let pre e =
+      match r.kind with
+      | Alloc _ when r.owner == dev && not r.freed -> ()
+      | _ -> violate "GUAR-4" [ e ] "dma with region %d, which alloc of %s did not make (or freed)" r.rid dev.id
+    in
+    call dev "dma" ~counted:true ~pre (fun () -> D.dma dev.d r.r ~fn)
+
+  let image dev b =
+    match call dev "image" ~counted:true ~show:(function Ok _ -> "Ok" | Error w -> "Error " ^ w) (fun () -> D.image dev.d b) with
+    | Ok i -> Ok (locked (fun () -> { iid = fresh (); i; idev = dev; unloaded = false }))
+    | Error w -> Error w
+
+  let loaded_check what im e =
+    if im.unloaded then violate "GUAR-5" [ e ] "%s on image %d after its unload" what im.iid
+
+  let entry im f =
+    let pre e =
+      loaded_check "entry" im e;
+      let ts = tstate () in
+      match ts.entry_streak with
+      | Some (iid, f', _, _) when iid = im.iid && f' = f -> ()
+      | Some _ -> close_entry_streak ts
+      | None -> ()
+    in
+    let show = function
+      | Rig_edge.Entry _ -> "Entry" | Absent -> "Absent" | No_memory n -> Printf.sprintf "No_memory %d" n
+    in
+    let a = call im.idev "entry" ~counted:true ~pre ~show (fun () -> D.entry im.i f) in
+    locked (fun () ->
+        let ts = tstate () in
+        match a with
+        | Rig_edge.No_memory _ ->
+            let asks, first =
+              match ts.entry_streak with
+              | Some (iid, f', k, first) when iid = im.iid && f' = f -> (k + 1, first)
+              | _ -> (1, List.hd !trace)
+            in
+            if asks > 4 then
+              violate "CODE-4" [ first; List.hd !trace ] "entry %S asked %d times after No_memory (at most 4)" f asks;
+            ts.entry_streak <- Some (im.iid, f, asks, first)
+        | _ -> ts.entry_streak <- None);
+    a
+
+  let prepare im f =
+    call im.idev "prepare" ~counted:true ~pre:(loaded_check "prepare" im) (fun () -> D.prepare im.i f)
+
+  let grow dev =
+    let pre e =
+      let ts = tstate () in
+      match (ts.grew, ts.last_room) with
+      | Some (d', Rig_edge.Short _), _ when d' == dev ->
+          violate "QUEUE-4" [ e ] "grow asked again after a Short without asking room again"
+      | Some (d', Rig_edge.Grown), _ when d' == dev ->
+          violate "QUEUE-5" [ e ] "grow asked after a Grown without room answering RIG_GROW again"
+      | _, Some (d', Rig_edge.Grow) when d' == dev -> ()
+      | _ -> violate "QUEUE-5" [ e ] "grow asked on a thread whose last room of %s did not answer RIG_GROW" dev.id
+    in
+    let a =
+      call dev "grow" ~counted:true ~pre
+        ~show:(function Rig_edge.Grown -> "Grown" | Short n -> Printf.sprintf "Short %d" n)
+        (fun () -> D.grow dev.d)
+    in
+    locked (fun () ->
+        let ts = tstate () in
+        ts.grew <- Some (dev, a);
+        (* The submission whose room last answered RIG_GROW on this thread. *)
+        match ts.room_sub with
+        | Some st when st.sdev == dev ->
+            st.grows <- st.grows + 1;
+            if st.grows > 4 then
+              violate "QUEUE-6" [ st.first; List.hd !trace ] "a submission asked grow %d times (at most 4)" st.grows;
+            st.last_short <- (match a with Short n -> Some n | Grown -> None)
+        | _ -> ());
+    a
+
+  let signaled dev =
+    let pre e =
+      if dev.word = None then violate "TIME-2" [ e ] "signaled on %s, whose word is not the driver's own" dev.id
+      else if dev.word_freed then violate "TIME-2" [ e ] "signaled on %s after its word was freed" dev.id
+    in
+    let v = call dev "signaled" ~counted:(not dev.stopped) ~pre ~show:string_of_int (fun () -> D.signaled dev.d) in
+    locked (fun () ->
+        if v > dev.observed then dev.observed <- v;
+        dev.pending <- List.filter (fun (x, _) -> x > dev.observed) dev.pending;
+        match dev.stall with Some (seen, _) when seen <> v -> dev.stall <- None | _ -> ());
+    v
+
+  let sleep dev ~seen ~still_ms =
+    let pre e =
+      let t = now_ms () in
+      let waiting_on_work = match dev.last_submitted with Some l -> l > seen | None -> false in
+      match dev.stall with
+      | Some (s, since) when s = seen && waiting_on_work ->
+          let ms = t -. since in
+          if ms > dev.stalled_ms then dev.stalled_ms <- ms;
+          if !hang_ms < max_int && ms > float (!hang_ms + hang_grace_ms) then begin
+            violate "GUAR-7" [ e ] "rig still sleeps on %s after the word stood at %d for %.0f ms (hang_ms %d)"
+              dev.id seen ms !hang_ms;
+            raise (Abandoned "GUAR-7")
+          end
+      | _ -> dev.stall <- Some (seen, t)
+    in
+    call dev "sleep" ~counted:true ~pre (fun () -> D.sleep dev.d ~seen ~still_ms)
+
+  let stop dev ~fault =
+    let pre e =
+      if dev.stops > 0 then violate "CNT-1" [ e ] "stop called again on %s" dev.id;
+      (match dev.in_flight with
+      | [] -> ()
+      | (_, fn, s) :: _ ->
+          violate "CNT-2" [ s; e ] "stop of %s while a counted call of %s is in flight" dev.id fn);
+      let inside = List.exists (fun (_, (Open n | Close n)) -> n = dev.name) !acts in
+      if not inside then violate "STOP-1" [ e ] "stop of %s outside a close or an open of its name" dev.id;
+      (match (dev.faulted, fault) with
+      | Some f, None -> violate "STOP-1" [ f; e ] "stop of %s with fault None after a Fault of a counted call" dev.id
+      | None, Some why when dev.stalled_ms < float !hang_ms /. 2. ->
+          violate "STOP-1" [ e ] "stop of %s with fault Some %S, but it neither faulted nor hung" dev.id why
+      | _ -> ());
+      dev.stops <- dev.stops + 1;
+      dev.stopped <- true
+    in
+    call dev "stop" ~counted:false ~pre (fun () -> D.stop dev.d ~fault)
+
+  let unload im =
+    let pre e =
+      if im.unloaded then violate "GUAR-5" [ e ] "image %d unloaded again" im.iid;
+      im.unloaded <- true;
+      check_free_timing im.idev None e "unload"
+    in
+    call im.idev "unload" ~counted:(not im.idev.stopped) ~pre (fun () -> D.unload im.i)
+
+  let finish () =
+    locked (fun () ->
+        Hashtbl.iter (fun _ ts -> close_entry_streak ts) threads;
+        List.iter
+          (fun st ->
+            match st.last_short with
+            | Some n when st.grows < 4 ->
+                violate "QUEUE-6" [ st.first ] "a submission gave up after %d grow(s), the last Short %d (4 asks)"
+                  st.grows n
+            | _ -> ())
+          !subs;
+        Hashtbl.iter
+          (fun _ ts ->
+            match ts.expect_fallback with
+            | Some (_, _, first) -> violate "GUAR-6" [ first ] "alloc of Mapped answered None and rig never fell back"
+            | None -> ())
+          threads;
+        List.rev !violations)
+
+  let events () = locked (fun () -> List.rev !trace)
+end

@@ -1,0 +1,59 @@
+(** The validation layer: wraps any Driver and checks, at every call a rig
+    makes, that the rig keeps its side of the document (the [rig] clauses of
+    spec/clauses.tsv).  It depends on nothing of the reference rig: put it
+    between any rig and any driver.
+
+    Every call is recorded (thread, device, function, counted or not,
+    outcome).  A broken guarantee is recorded as a violation naming its
+    clause and the events that show it; the call then goes on unchanged,
+    so that the rig's behaviour is observed, not altered — except after a
+    GUAR-7 violation (a rig that does not bound hangs), where the wrapper's
+    sleep raises {!Abandoned} to end a run that would never end.
+
+    What a wrapper cannot see, the program that drives the rig tells it:
+    when it asks the rig to open or close a device ({!user}), and the rig's
+    hang bound ([hang_ms]). *)
+
+type phase = Start | Return of string | Raise of string
+
+type event = {
+  seq : int;          (** order of the event in the run *)
+  thread : int;       (** Thread.id of the caller *)
+  device : string;    (** the device's name and open number, e.g. "fake0#2" *)
+  fn : string;        (** the driver function, or "room"/"submit"/"commit", or "user:..." *)
+  counted : bool;     (** whether the document counts this call *)
+  phase : phase;
+}
+
+type violation = { clause : string; detail : string; events : event list }
+
+(** Raised by the wrapped sleep once the rig kept sleeping past its hang
+    bound (GUAR-7), to end the run. *)
+exception Abandoned of string
+
+(** What the driving program is asking the rig to do: stop is due only
+    inside one of these (STOP-1). *)
+type user_act = Open of string | Close of string
+
+module Make (D : Rig_edge.Driver) : sig
+  include Rig_edge.Driver
+
+  (** [opener o] is the opener rig should use: it records the device's name. *)
+  val opener : D.t Rig_edge.opener -> t Rig_edge.opener
+
+  (** [user act f] runs [f ()], the program's request to the rig, as [act]. *)
+  val user : user_act -> (unit -> 'a) -> 'a
+
+  (** [set_hang_ms ms]: the rig's hang bound, for GUAR-7 and STOP-1. *)
+  val set_hang_ms : int -> unit
+
+  (** [await_in_flight fn] blocks until some thread is inside a call of
+      [fn] (a driver function name): lets a scenario act at that moment. *)
+  val await_in_flight : string -> unit
+
+  (** [finish ()] closes the run's checks that need its end (CODE-4,
+      QUEUE-6) and answers the violations, in order. *)
+  val finish : unit -> violation list
+
+  val events : unit -> event list
+end
