@@ -1,0 +1,917 @@
+/* fake_core.c: the fake rig device (see fake_core.h).
+ *
+ * Memory is calloc'd host memory shared between regions by refcount, so
+ * that map_peer aliases and freeing one region never frees memory another
+ * still maps.  Work runs on one worker pthread per device; the queue is a
+ * pool of pre-allocated part slots, so submit only copies parts.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_core.h"
+
+/* The mutants that would otherwise wait for good wait at most this. */
+#define FAKE_CAP_MS 3000
+#define FAKE_BUCKETS 64
+
+/* ------------------------------------------------------------ types */
+
+struct fake_mem {
+  atomic_int refs;
+  int owned; /* 0: host memory map_host aliases, not ours to free */
+  size_t size;
+  unsigned char *bytes;
+};
+
+struct fake_region {
+  uint64_t handle;
+  struct fake_mem *mem;
+  size_t size;
+  int kind;    /* the budget it is charged to, or -1 for a mapping */
+  int is_word; /* the device's word: reads it, is in no table */
+  struct fake_dev *dev;
+  struct fake_region *next; /* bucket chain */
+};
+
+struct fake_fn {
+  char *name;
+  uint64_t scratch;
+  int op;
+  uint64_t entry;   /* 0 until entry made it */
+  uint64_t charged; /* Device bytes its entries hold */
+};
+
+struct fake_image {
+  struct fake_dev *dev;
+  size_t n;
+  struct fake_fn *fns;
+  struct fake_image *next;
+};
+
+/* A queue slot: one part, plus the submission's value on its last part. */
+struct fake_node {
+  struct fake_node *next;
+  struct rig_part part;
+  uint64_t value;
+  int ends;  /* last part of its submission: the worker writes value */
+  int empty; /* stands for a submission of no parts */
+};
+
+/* Slots are allocated in chunks, freed only with the device, since the
+ * worker may hold one while stop runs. */
+struct fake_chunk {
+  struct fake_chunk *next;
+  struct fake_node nodes[];
+};
+
+/* What a thread has on a device: its reservation, the parts still
+ * missing after its last RIG_GROW, its growth, and its encoded work. */
+struct fake_thread {
+  pthread_t tid;
+  struct fake_thread *next;
+  uint32_t reserved; /* slots room reserved for its next submit */
+  uint32_t held;     /* slots held back at RIG_GROW for the same submission */
+  uint32_t missing;  /* slots its last RIG_GROW lacked */
+  uint32_t growth_n; /* slots grown, not yet in the queue */
+  struct fake_node *growth;
+  struct fake_node *enc_head, *enc_tail;
+};
+
+struct fake_dev {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* any change: work, word, fault, stop */
+  _Atomic uint64_t word;
+  atomic_int refs;
+  atomic_int dead;
+  struct fake_config cfg;
+  uint64_t used[FAKE_KINDS];
+  uint64_t queue_bytes;
+  struct fake_region *buckets[FAKE_BUCKETS];
+  struct fake_region *word_region;
+  struct fake_image *images;
+  struct fake_chunk *chunks;
+  struct fake_node *free_nodes;
+  uint32_t free_count;
+  uint32_t reserved_total; /* reservations and holds of all threads */
+  struct fake_thread *threads;
+  struct fake_node *run_head, *run_tail;
+  int running; /* the worker runs a part */
+  int faulted;
+  int fault_reported; /* sleep-consumes-fault mutant */
+  char reason[256];
+  int stopping;
+  int worker_writes_last;
+  uint64_t last_value;
+  unsigned long allocs;      /* alloc-overlap mutant */
+  struct fake_mem *last_mem; /* alloc-overlap mutant */
+};
+
+static atomic_uint_fast64_t next_handle = 1;
+
+static uint64_t new_handle(void) { return atomic_fetch_add(&next_handle, 1); }
+
+/* ------------------------------------------------------------ helpers */
+
+static void dev_lock(struct fake_dev *d) {
+  rig_hold();
+  pthread_mutex_lock(&d->mu);
+}
+
+static void dev_unlock(struct fake_dev *d) {
+  pthread_mutex_unlock(&d->mu);
+  rig_give();
+}
+
+static int mutant(const struct fake_dev *d, int m) { return d->cfg.mutant == m; }
+
+static struct timespec deadline_in(int64_t ms) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  if (ms < 0) ms = 0;
+  t.tv_sec += ms / 1000;
+  t.tv_nsec += (ms % 1000) * 1000000L;
+  if (t.tv_nsec >= 1000000000L) {
+    t.tv_sec++;
+    t.tv_nsec -= 1000000000L;
+  }
+  return t;
+}
+
+static int passed(const struct timespec *t) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
+/* Waits on the device's condvar until t; the caller loops on its own
+ * condition. */
+static void wait_until(struct fake_dev *d, const struct timespec *t) {
+  pthread_cond_timedwait(&d->cv, &d->mu, t);
+}
+
+static uint64_t room_of(const struct fake_dev *d, int kind) {
+  uint64_t b = d->cfg.budget[kind], u = d->used[kind];
+  return u >= b ? 0 : b - u;
+}
+
+static void store_word(struct fake_dev *d, uint64_t v) {
+  atomic_store_explicit(&d->word, v, memory_order_release);
+  pthread_cond_broadcast(&d->cv);
+}
+
+static void set_fault(struct fake_dev *d, const char *fmt, ...) {
+  if (d->faulted) return; /* the first fault's reason is the one kept */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->reason, sizeof d->reason, fmt, ap);
+  va_end(ap);
+  d->faulted = 1;
+  atomic_store(&d->dead, 1);
+  pthread_cond_broadcast(&d->cv);
+}
+
+static struct fake_mem *mem_new(size_t n) {
+  struct fake_mem *m = malloc(sizeof *m);
+  if (!m) return NULL;
+  m->bytes = calloc(1, n ? n : 1);
+  if (!m->bytes) {
+    free(m);
+    return NULL;
+  }
+  atomic_init(&m->refs, 1);
+  m->owned = 1;
+  m->size = n;
+  return m;
+}
+
+static struct fake_mem *mem_ref(struct fake_mem *m) {
+  atomic_fetch_add(&m->refs, 1);
+  return m;
+}
+
+static void mem_unref(struct fake_mem *m) {
+  if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
+  if (m->owned) free(m->bytes);
+  free(m);
+}
+
+static struct fake_region *region_new(struct fake_dev *d, struct fake_mem *m,
+                                      size_t size, int kind) {
+  struct fake_region *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->handle = new_handle();
+  r->mem = m;
+  r->size = size;
+  r->kind = kind;
+  r->dev = d;
+  return r;
+}
+
+static void table_add(struct fake_dev *d, struct fake_region *r) {
+  struct fake_region **b = &d->buckets[r->handle % FAKE_BUCKETS];
+  r->next = *b;
+  *b = r;
+}
+
+static void table_remove(struct fake_dev *d, struct fake_region *r) {
+  for (struct fake_region **p = &d->buckets[r->handle % FAKE_BUCKETS]; *p; p = &(*p)->next)
+    if (*p == r) {
+      *p = r->next;
+      return;
+    }
+}
+
+static struct fake_region *table_find(struct fake_dev *d, uint64_t h) {
+  for (struct fake_region *r = d->buckets[h % FAKE_BUCKETS]; r; r = r->next)
+    if (r->handle == h) return r;
+  return NULL;
+}
+
+static struct fake_fn *entry_find(struct fake_dev *d, uint64_t h) {
+  for (struct fake_image *im = d->images; im; im = im->next)
+    for (size_t i = 0; i < im->n; i++)
+      if (im->fns[i].entry == h) return &im->fns[i];
+  return NULL;
+}
+
+static struct fake_thread *thread_find(struct fake_dev *d) {
+  pthread_t self = pthread_self();
+  for (struct fake_thread *t = d->threads; t; t = t->next)
+    if (pthread_equal(t->tid, self)) return t;
+  return NULL;
+}
+
+static struct fake_thread *thread_get(struct fake_dev *d) {
+  struct fake_thread *t = thread_find(d);
+  if (t) return t;
+  t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->tid = pthread_self();
+  t->next = d->threads;
+  d->threads = t;
+  return t;
+}
+
+/* A chunk of n slots chained into a list, or NULL. */
+static struct fake_node *chunk_new(struct fake_dev *d, uint32_t n) {
+  if (n == 0) return NULL;
+  struct fake_chunk *c = calloc(1, sizeof *c + (size_t)n * sizeof(struct fake_node));
+  if (!c) return NULL;
+  c->next = d->chunks;
+  d->chunks = c;
+  for (uint32_t i = 0; i + 1 < n; i++) c->nodes[i].next = &c->nodes[i + 1];
+  return &c->nodes[0];
+}
+
+static void free_push(struct fake_dev *d, struct fake_node *n) {
+  n->next = d->free_nodes;
+  d->free_nodes = n;
+  d->free_count++;
+}
+
+static void free_push_list(struct fake_dev *d, struct fake_node *n) {
+  while (n) {
+    struct fake_node *next = n->next;
+    free_push(d, n);
+    n = next;
+  }
+}
+
+/* ------------------------------------------------------------ devices */
+
+static void *worker_main(void *arg);
+
+struct fake_dev *fake_dev_open(const struct fake_config *cfg) {
+  struct fake_dev *d = calloc(1, sizeof *d);
+  if (!d) return NULL;
+  d->cfg = *cfg;
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&d->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  atomic_init(&d->word, 0);
+  atomic_init(&d->refs, 2); /* the caller's and the worker's */
+  atomic_init(&d->dead, 0);
+
+  /* The initial queue is what the Device budget pays for, up to the slots
+   * asked: a small budget leaves room to answer RIG_GROW. */
+  uint64_t slots = cfg->queue_slots;
+  if (slots > cfg->budget[FAKE_DEVICE] / FAKE_PART_BYTES)
+    slots = cfg->budget[FAKE_DEVICE] / FAKE_PART_BYTES;
+  struct fake_node *nodes = chunk_new(d, (uint32_t)slots);
+  if (slots && !nodes) goto fail;
+  free_push_list(d, nodes);
+  d->queue_bytes = slots * FAKE_PART_BYTES;
+  d->used[FAKE_DEVICE] = d->queue_bytes;
+
+  d->word_region = region_new(d, NULL, sizeof(uint64_t), -1);
+  if (!d->word_region) goto fail;
+  d->word_region->is_word = 1;
+
+  pthread_t th;
+  if (pthread_create(&th, NULL, worker_main, d) != 0) goto fail;
+  pthread_detach(th);
+  return d;
+
+fail:
+  atomic_store(&d->refs, 1);
+  fake_dev_release(d);
+  return NULL;
+}
+
+static void dev_destroy(struct fake_dev *d) {
+  for (int b = 0; b < FAKE_BUCKETS; b++)
+    for (struct fake_region *r = d->buckets[b], *next; r; r = next) {
+      next = r->next;
+      mem_unref(r->mem);
+      free(r);
+    }
+  free(d->word_region);
+  for (struct fake_image *im = d->images, *next; im; im = next) {
+    next = im->next;
+    for (size_t i = 0; i < im->n; i++) free(im->fns[i].name);
+    free(im->fns);
+    free(im);
+  }
+  for (struct fake_chunk *c = d->chunks, *next; c; c = next) {
+    next = c->next;
+    free(c);
+  }
+  for (struct fake_thread *t = d->threads, *next; t; t = next) {
+    next = t->next;
+    free(t);
+  }
+  mem_unref(d->last_mem);
+  pthread_cond_destroy(&d->cv);
+  pthread_mutex_destroy(&d->mu);
+  free(d);
+}
+
+void fake_dev_release(struct fake_dev *d) {
+  if (atomic_fetch_sub(&d->refs, 1) == 1) dev_destroy(d);
+}
+
+uint64_t fake_dev_word(struct fake_dev *d) {
+  return atomic_load_explicit(&d->word, memory_order_acquire);
+}
+
+int fake_dev_dead(struct fake_dev *d) { return atomic_load(&d->dead); }
+
+uint64_t fake_dev_used(struct fake_dev *d, int kind) {
+  dev_lock(d);
+  uint64_t u = d->used[kind];
+  dev_unlock(d);
+  return u;
+}
+
+void fake_dev_charge(struct fake_dev *d, int kind, int64_t delta) {
+  dev_lock(d);
+  d->used[kind] += (uint64_t)delta;
+  dev_unlock(d);
+}
+
+struct fake_region *fake_dev_word_region(struct fake_dev *d) { return d->word_region; }
+
+/* ------------------------------------------------------------ regions */
+
+struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n) {
+  struct fake_region *r = NULL;
+  dev_lock(d);
+  if (n == 0 || n > room_of(d, kind)) goto out;
+  struct fake_mem *m;
+  d->allocs++;
+  if (mutant(d, FAKE_M_ALLOC_OVERLAP) && d->allocs % 2 == 0 && d->last_mem &&
+      d->last_mem->size >= n)
+    m = mem_ref(d->last_mem);
+  else
+    m = mem_new(n);
+  if (!m) goto out;
+  r = region_new(d, m, n, kind);
+  if (!r) {
+    mem_unref(m);
+    goto out;
+  }
+  d->used[kind] += n;
+  table_add(d, r);
+  if (mutant(d, FAKE_M_ALLOC_OVERLAP)) {
+    mem_unref(d->last_mem);
+    d->last_mem = mem_ref(m);
+  }
+out:
+  dev_unlock(d);
+  return r;
+}
+
+struct fake_region *fake_map_peer(struct fake_dev *d, struct fake_region *r) {
+  struct fake_mem *m;
+  if (mutant(d, FAKE_M_MAP_PEER_COPY)) {
+    m = mem_new(r->size);
+    if (m) memcpy(m->bytes, r->mem->bytes, r->size);
+  } else {
+    m = mem_ref(r->mem);
+  }
+  if (!m) return NULL;
+  struct fake_region *p = region_new(d, m, r->size, -1);
+  if (!p) {
+    mem_unref(m);
+    return NULL;
+  }
+  dev_lock(d);
+  table_add(d, p);
+  dev_unlock(d);
+  return p;
+}
+
+struct fake_region *fake_map_host(struct fake_dev *d, void *p, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if (n == 0 || (uintptr_t)p % page != 0) return NULL;
+  size_t size = mutant(d, FAKE_M_MAP_HOST_EXACT) ? n : (n + page - 1) / page * page;
+  struct fake_mem *m = malloc(sizeof *m);
+  if (!m) return NULL;
+  atomic_init(&m->refs, 1);
+  m->owned = 0;
+  m->size = size;
+  m->bytes = p;
+  struct fake_region *r = region_new(d, m, size, -1);
+  if (!r) {
+    free(m);
+    return NULL;
+  }
+  dev_lock(d);
+  table_add(d, r);
+  dev_unlock(d);
+  return r;
+}
+
+void fake_free(struct fake_dev *d, struct fake_region *r) {
+  dev_lock(d);
+  if (r->is_word) {
+    /* The word itself lives in the device, which lives while OCaml holds
+     * it; only the region goes. */
+    d->word_region = NULL;
+    dev_unlock(d);
+    free(r);
+    return;
+  }
+  table_remove(d, r);
+  if (r->kind >= 0) d->used[r->kind] -= r->size;
+  dev_unlock(d);
+  mem_unref(r->mem);
+  free(r);
+}
+
+uint64_t fake_region_handle(const struct fake_region *r) { return r->handle; }
+size_t fake_region_size(const struct fake_region *r) { return r->size; }
+
+static int in_bounds(size_t size, size_t off, size_t len) {
+  return off <= size && len <= size - off;
+}
+
+int fake_region_read(struct fake_region *r, size_t off, void *into, size_t len) {
+  if (!in_bounds(r->size, off, len)) return -1;
+  if (r->is_word) {
+    uint64_t w = fake_dev_word(r->dev);
+    memcpy(into, (unsigned char *)&w + off, len);
+  } else {
+    memcpy(into, r->mem->bytes + off, len);
+  }
+  return 0;
+}
+
+int fake_region_write(struct fake_region *r, size_t off, const void *from, size_t len) {
+  if (!in_bounds(r->size, off, len) || r->is_word) return -1;
+  memcpy(r->mem->bytes + off, from, len);
+  return 0;
+}
+
+/* ------------------------------------------------------------- images */
+
+struct fake_image *fake_image_load(struct fake_dev *d, size_t n,
+                                   const char *const *names,
+                                   const uint64_t *scratch, const int *ops) {
+  struct fake_image *im = calloc(1, sizeof *im);
+  if (!im) return NULL;
+  im->dev = d;
+  im->n = n;
+  im->fns = calloc(n ? n : 1, sizeof *im->fns);
+  if (!im->fns) goto fail;
+  for (size_t i = 0; i < n; i++) {
+    im->fns[i].name = strdup(names[i]);
+    if (!im->fns[i].name) goto fail;
+    im->fns[i].scratch = scratch[i];
+    im->fns[i].op = ops[i];
+  }
+  dev_lock(d);
+  im->next = d->images;
+  d->images = im;
+  dev_unlock(d);
+  return im;
+fail:
+  if (im->fns)
+    for (size_t i = 0; i < n; i++) free(im->fns[i].name);
+  free(im->fns);
+  free(im);
+  return NULL;
+}
+
+/* Called with the lock held. */
+static int64_t make_entry(struct fake_dev *d, struct fake_fn *f) {
+  if (f->entry && !mutant(d, FAKE_M_ENTRY_REMAKES)) return (int64_t)f->entry;
+  if (f->scratch > d->cfg.budget[FAKE_DEVICE] && !mutant(d, FAKE_M_ENTRY_TOO_BIG_NO_MEMORY))
+    return FAKE_ENTRY_TOO_BIG;
+  uint64_t room = room_of(d, FAKE_DEVICE);
+  if (f->scratch > room) {
+    if (mutant(d, FAKE_M_ENTRY_LEAKS)) d->used[FAKE_DEVICE] += room;
+    return FAKE_ENTRY_NO_MEMORY;
+  }
+  d->used[FAKE_DEVICE] += f->scratch;
+  f->charged += f->scratch;
+  f->entry = new_handle();
+  return (int64_t)f->entry;
+}
+
+int64_t fake_entry(struct fake_image *im, size_t i) {
+  struct fake_dev *d = im->dev;
+  dev_lock(d);
+  int64_t e = make_entry(d, &im->fns[i]);
+  dev_unlock(d);
+  return e;
+}
+
+void fake_prepare(struct fake_image *im, size_t i) {
+  struct fake_dev *d = im->dev;
+  struct fake_fn *f = &im->fns[i];
+  dev_lock(d);
+  if (!f->entry)
+    (void)make_entry(d, f); /* synchronous: the next entry finds it made */
+  else if (mutant(d, FAKE_M_PREPARE_RESTARTS) && f->scratch <= room_of(d, FAKE_DEVICE))
+    d->used[FAKE_DEVICE] += f->scratch; /* made again, and leaked */
+  dev_unlock(d);
+}
+
+uint64_t fake_image_scratch(const struct fake_image *im, size_t i) { return im->fns[i].scratch; }
+
+void fake_unload(struct fake_image *im) {
+  struct fake_dev *d = im->dev;
+  dev_lock(d);
+  for (struct fake_image **p = &d->images; *p; p = &(*p)->next)
+    if (*p == im) {
+      *p = im->next;
+      break;
+    }
+  for (size_t i = 0; i < im->n; i++) d->used[FAKE_DEVICE] -= im->fns[i].charged;
+  dev_unlock(d);
+  for (size_t i = 0; i < im->n; i++) free(im->fns[i].name);
+  free(im->fns);
+  free(im);
+}
+
+/* ------------------------------------------------------------- the work */
+
+/* Whether the running part should give up: stop aborts it, except under
+ * late-word-write, whose spins run to their end. */
+static int abort_spin(const struct fake_dev *d) {
+  return d->stopping && !mutant(d, FAKE_M_LATE_WORD_WRITE);
+}
+
+static void do_fill(struct fake_dev *d, uint64_t h, uint64_t off, uint64_t len, uint64_t byte) {
+  struct fake_region *r = table_find(d, h);
+  if (!r)
+    set_fault(d, "fill of unknown region 0x%llx", (unsigned long long)h);
+  else if (!in_bounds(r->size, off, len))
+    set_fault(d, "fill out of bounds: %llu bytes at %llu of a %zu-byte region",
+              (unsigned long long)len, (unsigned long long)off, r->size);
+  else
+    memset(r->mem->bytes + off, (int)(byte & 0xff), len);
+}
+
+static void do_copy(struct fake_dev *d, const uint64_t *a) {
+  struct fake_region *s = table_find(d, a[0]), *t = table_find(d, a[2]);
+  if (!s || !t)
+    set_fault(d, "copy with unknown region 0x%llx", (unsigned long long)(s ? a[2] : a[0]));
+  else if (!in_bounds(s->size, a[1], a[4]) || !in_bounds(t->size, a[3], a[4]))
+    set_fault(d, "copy out of bounds");
+  else
+    memmove(t->mem->bytes + a[3], s->mem->bytes + a[1], a[4]);
+}
+
+static void do_launch(struct fake_dev *d, const uint64_t *a) {
+  struct fake_fn *f = entry_find(d, a[0]);
+  if (!f) {
+    set_fault(d, "launch of unknown entry 0x%llx", (unsigned long long)a[0]);
+    return;
+  }
+  struct timespec t;
+  switch (f->op) {
+  case FAKE_NOP:
+    break;
+  case FAKE_SPIN:
+    t = deadline_in((int64_t)(a[1] > INT32_MAX ? INT32_MAX : a[1]));
+    while (!passed(&t) && !abort_spin(d)) wait_until(d, &t);
+    break;
+  case FAKE_FAULT:
+    set_fault(d, "fault function %s", f->name);
+    break;
+  case FAKE_HANG:
+    /* Hangs end only at stop, whatever the mutant, so threads end. */
+    while (!d->stopping) pthread_cond_wait(&d->cv, &d->mu);
+    break;
+  case FAKE_FILL:
+    do_fill(d, a[1], a[2], a[3], a[4]);
+    break;
+  }
+}
+
+/* Runs one part with the lock held; spins and hangs wait on the condvar,
+ * so the lock is free while they run. */
+static void exec_part(struct fake_dev *d, const struct fake_node *n) {
+  if (n->empty) return;
+  const struct rig_part *p = &n->part;
+  switch (p->op) {
+  case RIG_OP_FILL:
+    do_fill(d, p->a[0], p->a[1], p->a[2], p->a[3]);
+    break;
+  case RIG_OP_COPY:
+    do_copy(d, p->a);
+    break;
+  case RIG_OP_LAUNCH:
+    do_launch(d, p->a);
+    break;
+  default:
+    set_fault(d, "unknown op %u", p->op);
+  }
+}
+
+static void block_signals(void) {
+  static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
+  sigset_t set;
+  sigfillset(&set);
+  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&set, faults[i]);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+static void *worker_main(void *arg) {
+  struct fake_dev *d = arg;
+  block_signals(); /* SIG-8: signals run their handlers on the program's threads */
+  dev_lock(d);
+  for (;;) {
+    /* A faulted device runs nothing more: the word stops moving. */
+    while (!d->stopping && (d->faulted || !d->run_head)) pthread_cond_wait(&d->cv, &d->mu);
+    if (d->stopping) break;
+    struct fake_node *n = d->run_head;
+    d->run_head = n->next;
+    if (!d->run_head) d->run_tail = NULL;
+    d->running = 1;
+    exec_part(d, n);
+    int done = !d->faulted && !abort_spin(d);
+    if (done && n->ends) store_word(d, n->value);
+    free_push(d, n);
+    d->running = 0;
+    pthread_cond_broadcast(&d->cv);
+  }
+  /* stop found this worker running: the last value is ours to write, now
+   * that no work runs (STOP-3). */
+  free_push_list(d, d->run_head);
+  d->run_head = d->run_tail = NULL;
+  if (d->worker_writes_last) store_word(d, d->last_value);
+  dev_unlock(d);
+  fake_dev_release(d);
+  return NULL;
+}
+
+/* --------------------------------------------------------------- queues */
+
+struct fake_injection {
+  atomic_long left; /* fires when a call takes it from 1 to 0 */
+  atomic_int mode;
+  char why[200];
+};
+
+static struct fake_injection injections[2];
+
+void fake_inject(int fn, long nth, int mode, const char *why) {
+  struct fake_injection *inj = &injections[fn];
+  atomic_store(&inj->left, 0); /* disarm while why changes */
+  snprintf(inj->why, sizeof inj->why, "%s", why ? why : "");
+  atomic_store(&inj->mode, mode);
+  atomic_store(&inj->left, mode == FAKE_INJ_NONE ? 0 : nth);
+}
+
+/* Whether this call fails by injection; a FAULT also faults d. Lock held. */
+static int injected(struct fake_dev *d, int fn) {
+  struct fake_injection *inj = &injections[fn];
+  if (atomic_fetch_sub(&inj->left, 1) != 1) return 0;
+  if (atomic_load(&inj->mode) == FAKE_INJ_FAULT) set_fault(d, "%s", inj->why);
+  return 1;
+}
+
+static uint32_t slots_of(const struct rig_submission *s) {
+  return s->n_parts ? s->n_parts : 1; /* an empty submission still writes its value */
+}
+
+static int q_room(void *dev, const struct rig_submission *s) {
+  struct fake_dev *d = dev;
+  uint32_t n = slots_of(s);
+  int answer = RIG_GROW;
+  dev_lock(d);
+  if (d->stopping) {
+    answer = RIG_ROOM; /* submit then fails: the device is gone */
+    goto out;
+  }
+  struct fake_thread *t = thread_get(d);
+  if (!t) goto out;
+  /* A reservation or hold is for this thread's next submit only. */
+  d->reserved_total -= t->held + t->reserved;
+  t->held = t->reserved = 0;
+  if (t->growth_n) {
+    struct fake_node *g = t->growth;
+    while (g) {
+      struct fake_node *next = g->next;
+      free_push(d, g);
+      g = next;
+    }
+    t->growth = NULL;
+    t->growth_n = 0;
+  }
+  uint32_t avail = d->free_count - d->reserved_total;
+  if (avail >= n) {
+    t->reserved = n;
+    d->reserved_total += n;
+    t->missing = 0;
+    answer = RIG_ROOM;
+  } else {
+    /* Hold what there is, so that a growth of just the missing slots is
+     * enough at the next room whatever other threads take (QUEUE-2). */
+    t->held = avail;
+    d->reserved_total += avail;
+    t->missing = n - avail;
+  }
+out:
+  dev_unlock(d);
+  return answer;
+}
+
+static int q_submit(void *dev, const struct rig_submission *s, uint64_t value) {
+  struct fake_dev *d = dev;
+  uint32_t n = slots_of(s);
+  int rc = -1;
+  dev_lock(d);
+  if (d->stopping) goto out;
+  d->last_value = value; /* also when this submit fails (STOP-3) */
+  if (injected(d, FAKE_INJ_SUBMIT)) goto out;
+  struct fake_thread *t = thread_find(d);
+  if (!t || t->reserved < n || d->free_count < n) goto out;
+  t->reserved -= n;
+  d->reserved_total -= n;
+  for (uint32_t i = 0; i < n; i++) {
+    struct fake_node *node = d->free_nodes;
+    d->free_nodes = node->next;
+    d->free_count--;
+    node->next = NULL;
+    node->empty = s->n_parts == 0;
+    if (!node->empty) node->part = s->parts[i];
+    node->ends = i + 1 == n;
+    node->value = value;
+    if (t->enc_tail)
+      t->enc_tail->next = node;
+    else
+      t->enc_head = node;
+    t->enc_tail = node;
+  }
+  rc = 0;
+out:
+  dev_unlock(d);
+  return rc;
+}
+
+static int q_commit(void *dev) {
+  struct fake_dev *d = dev;
+  int rc = -1;
+  dev_lock(d);
+  if (d->stopping || injected(d, FAKE_INJ_COMMIT)) goto out;
+  struct fake_thread *t = thread_find(d);
+  if (t && t->enc_head) {
+    if (d->run_tail)
+      d->run_tail->next = t->enc_head;
+    else
+      d->run_head = t->enc_head;
+    d->run_tail = t->enc_tail;
+    t->enc_head = t->enc_tail = NULL;
+    pthread_cond_broadcast(&d->cv);
+  }
+  rc = 0;
+out:
+  dev_unlock(d);
+  return rc;
+}
+
+const struct rig_queue_fns fake_queue_fns = {q_room, q_submit, q_commit};
+
+uint64_t fake_grow(struct fake_dev *d) {
+  uint64_t short_bytes = 0;
+  dev_lock(d);
+  struct fake_thread *t = thread_get(d);
+  if (!t) {
+    short_bytes = FAKE_PART_BYTES;
+    goto out;
+  }
+  if (t->missing <= t->growth_n) goto out;
+  uint32_t need = t->missing - t->growth_n;
+  uint64_t fit = room_of(d, FAKE_DEVICE) / FAKE_PART_BYTES;
+  uint32_t k = fit < need ? (uint32_t)fit : need;
+  struct fake_node *g = chunk_new(d, k);
+  if (k && !g) k = 0;
+  if (k) {
+    /* Partial growths stay for the next room (QUEUE-3). */
+    struct fake_node *last = g;
+    while (last->next) last = last->next;
+    last->next = t->growth;
+    t->growth = g;
+    t->growth_n += k;
+    d->used[FAKE_DEVICE] += (uint64_t)k * FAKE_PART_BYTES;
+    d->queue_bytes += (uint64_t)k * FAKE_PART_BYTES;
+  }
+  if (k < need) short_bytes = (uint64_t)(need - k) * FAKE_PART_BYTES;
+out:
+  dev_unlock(d);
+  return short_bytes;
+}
+
+/* ------------------------------------------------------------ timeline */
+
+int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
+  int faulted = 0;
+  if (mutant(d, FAKE_M_SLEEP_OVERSTAYS)) still_ms = FAKE_CAP_MS;
+  struct timespec t = deadline_in(still_ms);
+  dev_lock(d);
+  for (;;) {
+    if (d->faulted && !(mutant(d, FAKE_M_SLEEP_CONSUMES_FAULT) && d->fault_reported)) {
+      d->fault_reported = 1;
+      faulted = 1;
+      break;
+    }
+    int moved = fake_dev_word(d) != seen;
+    if (moved && !mutant(d, FAKE_M_SLEEP_NO_EARLY_RETURN)) break;
+    if (passed(&t) || d->stopping) break;
+    wait_until(d, &t);
+  }
+  dev_unlock(d);
+  return faulted;
+}
+
+void fake_fault_reason(struct fake_dev *d, char *buf, size_t len) {
+  dev_lock(d);
+  snprintf(buf, len, "%s", d->reason);
+  dev_unlock(d);
+}
+
+/* Drops a thread's encoded work, reservation, hold and growth (STOP-4). */
+static void drop_thread(struct fake_dev *d, struct fake_thread *t) {
+  if (mutant(d, FAKE_M_STOP_RUNS_ENCODED))
+    for (struct fake_node *n = t->enc_head; n; n = n->next) exec_part(d, n);
+  free_push_list(d, t->enc_head);
+  t->enc_head = t->enc_tail = NULL;
+  d->reserved_total -= t->reserved + t->held;
+  t->reserved = t->held = t->missing = 0;
+  /* The growth's slots stay in their chunk until the device goes. */
+  d->used[FAKE_DEVICE] -= (uint64_t)t->growth_n * FAKE_PART_BYTES;
+  d->queue_bytes -= (uint64_t)t->growth_n * FAKE_PART_BYTES;
+  t->growth = NULL;
+  t->growth_n = 0;
+}
+
+void fake_stop(struct fake_dev *d) {
+  dev_lock(d);
+  if (d->stopping) goto out;
+  if (mutant(d, FAKE_M_STOP_WAITS)) {
+    struct timespec t = deadline_in(FAKE_CAP_MS);
+    while ((d->running || d->run_head) && !d->faulted && !passed(&t)) wait_until(d, &t);
+  }
+  d->stopping = 1;
+  atomic_store(&d->dead, 1);
+  for (struct fake_thread *t = d->threads; t; t = t->next) drop_thread(d, t);
+  free_push_list(d, d->run_head);
+  d->run_head = d->run_tail = NULL;
+  /* The queues go (STOP-5); their slots are freed with the device, as
+   * the worker may still hold one. */
+  d->used[FAKE_DEVICE] -= d->queue_bytes;
+  d->queue_bytes = 0;
+  if (d->running && !mutant(d, FAKE_M_LATE_WORD_WRITE))
+    d->worker_writes_last = 1;
+  else if (d->running || !mutant(d, FAKE_M_STOP_NO_LAST_VALUE))
+    store_word(d, d->last_value);
+  pthread_cond_broadcast(&d->cv);
+out:
+  dev_unlock(d);
+}

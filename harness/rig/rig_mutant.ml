@@ -1,0 +1,43 @@
+(* The reference rig's mutants; see rig_mutant.mli. *)
+
+let all =
+  [
+    ("stop-twice", "CNT-1", "close calls stop again on a device already stopped at a reopen of its name");
+    ("uncounted-sleep", "CNT-2", "sleep is not counted, so close stops a device while a sleep is in flight");
+    ("call-after-stop", "CNT-4", "after stop, waits for the word with sleep instead of signaled");
+    ("ignore-fault", "CNT-6", "a Fault from a counted call does not lose the device");
+    ("ignore-exception", "EXC-1", "another exception from alloc (and the other listed functions) loses nothing");
+    ("lose-on-entry-invalid", "EXC-2", "an Invalid_argument from entry loses the device");
+    ("lose-on-prepare-exn", "EXC-3", "an exception other than Fault from prepare loses the device");
+    ("double-free", "GUAR-1", "close frees again the regions the program freed");
+    ("free-before-mapping", "GUAR-2", "frees a region while a map_peer region over it lives");
+    ("peer-self", "GUAR-3", "asks peer of a device with itself before mapping");
+    ("dma-any-region", "GUAR-4", "asks dma of a region map_peer made");
+    ("unload-twice", "GUAR-5", "close unloads again the images the program unloaded");
+    ("no-pinned-fallback", "GUAR-6", "falls back from Mapped to Device memory whatever host_addresses says");
+    ("no-hang-bound", "GUAR-7", "never loses a device whose word stands still");
+    ("unrounded-alloc", "MEM-1", "asks alloc of the buffer's length, not rounded up to a word");
+    ("free-under-work", "MEM-3", "frees a buffer at once, while work that uses it may still run");
+    ("map-host-anyway", "MEM-6", "asks map_host of a device that does not declare maps_host");
+    ("stop-no-fault", "STOP-1", "calls stop with fault None after a Fault");
+    ("free-before-word", "STOP-7", "frees after stop without waiting for the word to read the last value");
+    ("signaled-after-word-freed", "TIME-2", "reads signaled once more after freeing the word");
+    ("three-asks", "CODE-4", "after No_memory from entry, runs one round too few");
+    ("grow-again", "QUEUE-4", "after a Short, asks grow again without asking room");
+    ("grow-unasked", "QUEUE-5", "asks grow before any room answered RIG_GROW");
+    ("five-asks", "QUEUE-6", "asks grow a fifth time for a submission");
+    ("call-in-lock", "LOCK-1", "calls alloc while it holds a lock of its own");
+    ("no-lock-check", "LOCK-2", "its calls made inside a lock do not raise Invalid_argument");
+    ("unmasked-call", "SIG-1", "calls alloc with the thread's signals unblocked");
+  ]
+
+let active = ref None
+
+let set = function
+  | None -> active := None
+  | Some name ->
+      if not (List.exists (fun (n, _, _) -> n = name) all) then
+        invalid_arg ("unknown rig mutant " ^ name);
+      active := Some name
+
+let is name = !active = Some name

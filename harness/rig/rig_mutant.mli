@@ -1,0 +1,12 @@
+(** The reference rig's mutants: each breaks exactly one rig-side clause, so
+    that the self-test proves the validation layer (or the scenario's own
+    check) catches that clause.  At most one is active in a process. *)
+
+(** [(name, clause, what it breaks)], every mutant of the reference rig. *)
+val all : (string * string * string) list
+
+(** [set (Some name)] activates a mutant; Invalid_argument for an unknown name. *)
+val set : string option -> unit
+
+(** [is name]: whether that mutant is active. *)
+val is : string -> bool
