@@ -290,6 +290,13 @@ static void free_push_list(struct fake_dev *d, struct fake_node *n) {
 
 static void *worker_main(void *arg);
 
+/* Every signal but those a fault raises (as rig_mask blocks them). */
+static void blocked_set(sigset_t *set) {
+  static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
+  sigfillset(set);
+  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(set, faults[i]);
+}
+
 struct fake_dev *fake_dev_open(const struct fake_config *cfg) {
   struct fake_dev *d = calloc(1, sizeof *d);
   if (!d) return NULL;
@@ -319,8 +326,15 @@ struct fake_dev *fake_dev_open(const struct fake_config *cfg) {
   if (!d->word_region) goto fail;
   d->word_region->is_word = 1;
 
+  /* The worker starts with signals blocked, leaving no window before it
+   * blocks them itself. */
+  sigset_t set, old;
+  blocked_set(&set);
+  pthread_sigmask(SIG_BLOCK, &set, &old);
   pthread_t th;
-  if (pthread_create(&th, NULL, worker_main, d) != 0) goto fail;
+  int rc = pthread_create(&th, NULL, worker_main, d);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) goto fail;
   pthread_detach(th);
   return d;
 
@@ -654,10 +668,8 @@ static void exec_part(struct fake_dev *d, const struct fake_node *n) {
 }
 
 static void block_signals(void) {
-  static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT};
   sigset_t set;
-  sigfillset(&set);
-  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&set, faults[i]);
+  blocked_set(&set);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 

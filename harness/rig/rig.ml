@@ -32,6 +32,7 @@ module Make (D : Rig_edge.Driver) = struct
     mutable observed : int;
     mutable last_move : float;
     mutable buffers : buffer list;  (* live: not yet given back to the driver *)
+    mutable given_back : buffer list;  (* only for the double-free mutant *)
     mutable images : image list;
     mutable kept : (int * Obj.t list) list;  (* Rig.Submission.make: values work keeps alive *)
   }
@@ -106,7 +107,8 @@ module Make (D : Rig_edge.Driver) = struct
     match f () with
     | v -> finish (); v
     | exception D.Fault why ->
-        if not (M.is "ignore-fault") then lose dev ~fault:why (fn ^ ": Fault " ^ why);
+        if M.is "ignore-fault" then with_rig (fun () -> if dev.fault = None then dev.fault <- Some why)
+        else lose dev ~fault:why (fn ^ ": Fault " ^ why);
         finish ();
         raise (Device_lost why)
     | exception e ->
@@ -153,6 +155,7 @@ module Make (D : Rig_edge.Driver) = struct
     with_rig (fun () ->
         b.freed <- true;
         dev.buffers <- List.filter (( != ) b) dev.buffers;
+        dev.given_back <- b :: dev.given_back;
         match b.kind with Peer_of over -> over.maps <- over.maps - 1 | _ -> ())
 
   (* Frees every buffer the program freed that no work and no mapping needs
@@ -215,7 +218,7 @@ module Make (D : Rig_edge.Driver) = struct
   let new_device d name facts =
     { d; name; facts; in_flight = 0; lost = None; fault = None; stopped = false; released = false;
       next_value = 1; last_submitted = 0; observed = 0; last_move = now_ms (); buffers = [];
-      images = []; kept = [] }
+      images = []; kept = []; given_back = [] }
 
   (* Stop once no counted call is in flight (CNT-1, STOP-1), then give back
      everything once the word reads the last value (STOP-7). *)
@@ -246,10 +249,11 @@ module Make (D : Rig_edge.Driver) = struct
       (* A word that never reads the last value keeps everything: freeing
          memory that work may still write is worse than leaking it. *)
       if reached then begin
-        let everything = dev.buffers in
+        let everything = if M.is "double-free" then dev.buffers @ dev.given_back else dev.buffers in
         let mappings, others = List.partition (fun b -> match b.kind with Peer_of _ -> true | _ -> false) everything in
-        List.iter (fun b -> if not b.freed then give_back b) mappings;
-        List.iter (fun b -> if not b.freed then give_back b) others;
+        let again = M.is "double-free" in
+        List.iter (fun b -> if again || not b.freed then give_back b) mappings;
+        List.iter (fun b -> if again || not b.freed then give_back b) others;
         List.iter
           (fun im ->
             if (not im.unloaded) || M.is "unload-twice" then begin
@@ -278,7 +282,9 @@ module Make (D : Rig_edge.Driver) = struct
   let close dev =
     start "close";
     stop_and_release dev ~reason:"closed";
-    if Hashtbl.find_opt by_name dev.name == Some dev then Hashtbl.remove by_name dev.name
+    match Hashtbl.find_opt by_name dev.name with
+    | Some current when current == dev -> Hashtbl.remove by_name dev.name
+    | _ -> ()
 
   let name dev = dev.name
   let lost dev = dev.lost

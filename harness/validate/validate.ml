@@ -204,7 +204,10 @@ module Make (D : Rig_edge.Driver) = struct
       locked (fun () ->
           let e = record dev.id fn counted Start in
           check_entry dev fn counted e;
-          pre e;
+          (try pre e
+           with ex ->
+             dev.in_flight <- List.filter (fun (_, _, s) -> s != e) dev.in_flight;
+             raise ex);
           e)
     in
     match f () with
@@ -491,23 +494,26 @@ module Make (D : Rig_edge.Driver) = struct
     locked (fun () ->
         if v > dev.observed then dev.observed <- v;
         dev.pending <- List.filter (fun (x, _) -> x > dev.observed) dev.pending;
-        match dev.stall with Some (seen, _) when seen <> v -> dev.stall <- None | _ -> ());
+        (* How long the word has stood still under pending work (GUAR-7, STOP-1). *)
+        let waiting_on_work = match dev.last_submitted with Some l -> l > v | None -> false in
+        match dev.stall with
+        | Some (seen, since) when seen = v && waiting_on_work ->
+            dev.stalled_ms <- Float.max dev.stalled_ms (now_ms () -. since)
+        | _ -> dev.stall <- (if waiting_on_work then Some (v, now_ms ()) else None));
     v
 
   let sleep dev ~seen ~still_ms =
     let pre e =
-      let t = now_ms () in
-      let waiting_on_work = match dev.last_submitted with Some l -> l > seen | None -> false in
       match dev.stall with
-      | Some (s, since) when s = seen && waiting_on_work ->
-          let ms = t -. since in
-          if ms > dev.stalled_ms then dev.stalled_ms <- ms;
+      | Some (s, since) when s = seen ->
+          let ms = now_ms () -. since in
+          dev.stalled_ms <- Float.max dev.stalled_ms ms;
           if !hang_ms < max_int && ms > float (!hang_ms + hang_grace_ms) then begin
             violate "GUAR-7" [ e ] "rig still sleeps on %s after the word stood at %d for %.0f ms (hang_ms %d)"
               dev.id seen ms !hang_ms;
             raise (Abandoned "GUAR-7")
           end
-      | _ -> dev.stall <- Some (seen, t)
+      | _ -> ()
     in
     call dev "sleep" ~counted:true ~pre (fun () -> D.sleep dev.d ~seen ~still_ms)
 

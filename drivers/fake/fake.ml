@@ -1,0 +1,496 @@
+(* fake.ml: the reference fake driver (Rig_edge.Package) over the C fake
+   device of fake_core.c, with its configuration, its mutants (each breaks
+   one clause of spec/clauses.tsv) and its fault injection. *)
+
+module E = Rig_edge
+module P = Rig_edge_primitives
+
+(* ------------------------------------------------------------ C side *)
+
+type cdev
+
+external c_open : int array -> int -> int -> cdev = "fake_stub_open"
+external c_dev_ptr : cdev -> nativeint = "fake_stub_dev_ptr"
+external c_queue_fns : unit -> nativeint = "fake_stub_queue_fns"
+external c_word : cdev -> int = "fake_stub_word" [@@noalloc]
+external c_dead : cdev -> bool = "fake_stub_dead" [@@noalloc]
+external c_used : cdev -> int -> int = "fake_stub_used"
+external c_charge : cdev -> int -> int -> unit = "fake_stub_charge"
+external c_word_region : cdev -> nativeint = "fake_stub_word_region"
+external c_alloc : cdev -> int -> int -> nativeint = "fake_stub_alloc"
+external c_map_peer : cdev -> nativeint -> nativeint = "fake_stub_map_peer"
+external c_map_host : cdev -> nativeint -> int -> nativeint = "fake_stub_map_host"
+external c_free : cdev -> nativeint -> unit = "fake_stub_free"
+external c_region_handle : nativeint -> int64 = "fake_stub_region_handle"
+external c_region_size : nativeint -> int = "fake_stub_region_size"
+external c_read : nativeint -> int -> bytes -> bool = "fake_stub_read"
+external c_write : nativeint -> int -> string -> bool = "fake_stub_write"
+external c_image_load : cdev -> string array -> int array -> int array -> nativeint
+  = "fake_stub_image_load"
+external c_entry : nativeint -> int -> int = "fake_stub_entry"
+external c_prepare : nativeint -> int -> unit = "fake_stub_prepare"
+external c_scratch : nativeint -> int -> int = "fake_stub_scratch"
+external c_unload : nativeint -> unit = "fake_stub_unload"
+external c_grow : cdev -> int = "fake_stub_grow"
+external c_sleep : cdev -> int -> int -> bool = "fake_stub_sleep"
+external c_fault_reason : cdev -> string = "fake_stub_fault_reason"
+external c_stop : cdev -> unit = "fake_stub_stop"
+external c_inject : int -> int -> int -> string -> unit = "fake_stub_inject"
+
+(* enum fake_kind *)
+let kind_code = function E.Device -> 0 | E.Mapped -> 1 | E.Pinned -> 2
+
+(* enum fake_op *)
+let ops = [ ("nop", 0); ("spin", 1); ("fault", 2); ("hang", 3); ("fill", 4) ]
+
+(* ------------------------------------------------------ configuration *)
+
+type config = {
+  device_bytes : int;
+  mapped_bytes : int;
+  pinned_bytes : int;
+  queue_slots : int;
+  may_block : bool;
+  host_addresses : bool;
+  maps_host : bool;
+}
+
+let mib = 1 lsl 20
+
+let defaults =
+  {
+    device_bytes = mib;
+    mapped_bytes = mib;
+    pinned_bytes = mib;
+    queue_slots = 64;
+    may_block = false;
+    host_addresses = false;
+    maps_host = true;
+  }
+
+(* Read at each open; atomics so that no lock is needed. *)
+let config = Atomic.make defaults
+
+(* (name, clause, description, code of enum fake_mutant) *)
+let mutant_table =
+  [
+    ("alloc-overlap", "MEM-2", "every second alloc aliases the previous region's memory", 1);
+    ("peer-live", "MEM-4", "peer answers false once either device is stopped or faulted", 2);
+    ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
+    ("map-host-exact", "MEM-7", "map_host maps exactly n bytes, not the whole pages", 4);
+    ("dma-vague", "MEM-8", "dma's Error for a malformed bus address does not name it", 5);
+    ("image-takes-anything", "CODE-1", "image takes a binary without its header as empty", 6);
+    ("entry-remakes", "CODE-2", "a second entry for f makes new scratch and a new handle", 7);
+    ("entry-leaks", "CODE-3", "entry keeps the scratch it could allocate on No_memory", 8);
+    ( "entry-too-big-no-memory",
+      "CODE-5",
+      "entry answers No_memory instead of Invalid_argument for more than the device has",
+      9 );
+    ("prepare-reports", "CODE-6", "prepare of an absent function raises Not_found", 10);
+    ("prepare-restarts", "CODE-7", "prepare of an f with an entry makes (and leaks) its scratch again", 11);
+    ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
+    ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
+    ("sleep-consumes-fault", "TIME-5", "only the first sleep after a fault raises Fault", 14);
+    ("stop-waits", "STOP-2", "stop waits for the running work to finish (3000 ms cap)", 15);
+    ("stop-no-last-value", "STOP-3", "stop never writes the last value when no work runs", 16);
+    ("stop-runs-encoded", "STOP-4", "stop runs the work encoded but not committed", 17);
+    ("stop-drops-word", "STOP-5", "stop releases the word: signaled answers 0 after it", 18);
+    ("late-word-write", "STOP-6", "the running spin's value lands after stop wrote the last one", 19);
+    ("free-touches-new", "STOP-8", "free after stop charges the newest device of the name", 20);
+  ]
+
+let mutants = List.map (fun (n, c, d, _) -> (n, c, d)) mutant_table
+let m_peer_live = 2
+let m_dma_vague = 5
+let m_image_takes_anything = 6
+let m_prepare_reports = 10
+let m_stop_drops_word = 18
+let m_free_touches_new = 20
+
+(* The code of the mutant of devices opened from now on; 0 for none. *)
+let mutant = Atomic.make 0
+
+(* -------------------------------------------------- fault injection *)
+
+exception Fault of string
+
+type failure = [ `Fault of string | `Raise of exn | `Fail ]
+type injection = { fn : string; left : int Atomic.t; what : failure }
+
+let injectable =
+  [ "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "entry"; "prepare"; "grow";
+    "signaled"; "sleep"; "unload"; "reach"; "submit"; "commit" ]
+
+(* submit and commit are injected on the C side (enum fake_inj_fn). *)
+let c_injected = [ ("submit", 0); ("commit", 1) ]
+
+let injections : injection list Atomic.t = Atomic.make []
+
+(* Lock-free, since signaled checks it too. *)
+let injected fn =
+  List.iter
+    (fun i ->
+      if i.fn = fn && Atomic.fetch_and_add i.left (-1) = 1 then
+        match i.what with
+        | `Fault why -> raise (Fault why)
+        | `Raise e -> raise e
+        | `Fail -> failwith ("fake: " ^ fn ^ ": injected failure"))
+    (Atomic.get injections)
+
+let rec update a f =
+  let old = Atomic.get a in
+  if not (Atomic.compare_and_set a old (f old)) then update a f
+
+(* ------------------------------------------------------------ devices *)
+
+type kind = Memory of E.memory | Peer_mapping | Host_mapping | Word
+
+type t = {
+  id : int;
+  name : string;
+  slot : int;  (** which opener made it *)
+  dev : cdev;
+  cfg : config;
+  mut : int;
+  stopped : bool Atomic.t;
+  facts : region E.facts;
+}
+
+and region = {
+  ptr : nativeint;
+  kind : kind;
+  owner : cdev;  (** keeps the C device alive while the region is *)
+  freed : bool Atomic.t;
+  place : E.place;
+}
+
+type image = {
+  on : t;
+  iptr : nativeint;
+  fns : (string * int) list;  (** name, index in the C image *)
+  unloaded : bool Atomic.t;
+}
+
+let names = [| "fake0"; "fake1"; "fake2" |]
+let next_id = Atomic.make 0
+
+(* The newest device of each opener: only the free-touches-new mutant
+   reads it. *)
+let newest : t option Atomic.t array = Array.init (Array.length names) (fun _ -> Atomic.make None)
+
+(* The start of each public function that may take a lock: the check of
+   LOCK-4, then signals blocked for the whole run (SIG-6). *)
+let public fn f =
+  P.check_unheld fn;
+  P.masked f
+
+(* A counted call: public, refused after stop, and injectable.  Takes the
+   device's stopped flag, as regions are made before their device. *)
+let counted_on stopped fn f =
+  public fn (fun () ->
+      if Atomic.get stopped then invalid_arg ("fake: " ^ fn ^ " after stop");
+      injected fn;
+      f ())
+
+let counted t fn f = counted_on t.stopped fn f
+
+(* Holds dev, so that the C region outlives a holder of the place alone. *)
+let reach dev stopped ptr freed access =
+  counted_on stopped "reach" (fun () ->
+      if Atomic.get freed then invalid_arg "fake: reach of a freed region";
+      let ok =
+        match access with
+        | E.Read { off; into } -> off >= 0 && c_read ptr off into
+        | E.Write { off; from } -> off >= 0 && c_write ptr off from
+      in
+      ignore (Sys.opaque_identity dev);
+      if not ok then invalid_arg "fake: reach out of the region's bounds")
+
+let region_on dev stopped kind ptr =
+  if ptr = 0n then raise Out_of_memory;
+  let freed = Atomic.make false in
+  let place =
+    { E.handle = c_region_handle ptr; size = c_region_size ptr; reach = Some (reach dev stopped ptr freed) }
+  in
+  { ptr; kind; owner = dev; freed; place }
+
+let region_of t kind ptr = region_on t.dev t.stopped kind ptr
+
+module D = struct
+  type nonrec t = t
+  type nonrec region = region
+  type nonrec image = image
+
+  exception Fault = Fault
+
+  let key = "rig-fake"
+  let facts t = t.facts
+  let locate _ r = r.place
+
+  (* From what the devices learned at open only (MEM-4). *)
+  let peer d d' =
+    d.id <> d'.id
+    && not (d.mut = m_peer_live && (c_dead d.dev || c_dead d'.dev))
+
+  let alloc t m n =
+    counted t "alloc" (fun () ->
+        if n <= 0 || n mod E.word <> 0 then invalid_arg "fake: alloc of a size not a positive multiple of 4";
+        let p = c_alloc t.dev (kind_code m) n in
+        if p = 0n then None else Some (region_of t (Memory m) p))
+
+  let free t r =
+    public "free" (fun () ->
+        injected "free";
+        if r.owner != t.dev then invalid_arg "fake: free of a region of another device";
+        if Atomic.exchange r.freed true then invalid_arg "fake: region freed twice";
+        c_free t.dev r.ptr;
+        if t.mut = m_free_touches_new && Atomic.get t.stopped then
+          match (r.kind, Atomic.get newest.(t.slot)) with
+          | Memory m, Some n when n.id <> t.id -> c_charge n.dev (kind_code m) r.place.size
+          | _ -> ())
+
+  let map_peer t _t' r =
+    counted t "map_peer" (fun () ->
+        if Atomic.get r.freed then invalid_arg "fake: map_peer of a freed region";
+        region_of t Peer_mapping (c_map_peer t.dev r.ptr))
+
+  let map_host t p n =
+    counted t "map_host" (fun () ->
+        if not t.cfg.maps_host then invalid_arg "fake: map_host on a device that does not map host memory";
+        if n <= 0 then invalid_arg "fake: map_host of a size not positive";
+        let r = c_map_host t.dev p n in
+        if r = 0n then invalid_arg "fake: map_host of an address that does not start a page";
+        region_of t Host_mapping r)
+
+  (* The PCI functions of the fake machine and their BAR sizes. *)
+  let functions = [ ("0000:41:00.0", 1 lsl 20); ("0000:42:00.0", 4096) ]
+
+  (* DDDD:BB:DD.F, hex digits. *)
+  let is_bus_address fn =
+    let hex = function '0' .. '9' | 'a' .. 'f' | 'A' .. 'F' -> true | _ -> false in
+    let ok i c = match i with 4 | 7 -> c = ':' | 10 -> c = '.' | _ -> hex c in
+    String.length fn = 12 && Seq.for_all (fun (i, c) -> ok i c) (String.to_seqi fn)
+
+  let dma t r ~fn =
+    counted t "dma" (fun () ->
+        if not (is_bus_address fn) then
+          Error (if t.mut = m_dma_vague then "bad address" else "not a bus address: " ^ fn)
+        else
+          match List.assoc_opt (String.lowercase_ascii fn) functions with
+          | None -> Error ("no such function: " ^ fn)
+          | Some bar -> (
+              match r.kind with
+              | Memory E.Device when r.place.size <= bar ->
+                  Ok (E.Bus Int64.(add 0x8000_0000L (mul r.place.handle 4096L)))
+              | Memory E.Device ->
+                  Error
+                    (Printf.sprintf "BAR of %s is %d bytes, smaller than the region's %d" fn bar
+                       r.place.size)
+              | _ -> Error (Printf.sprintf "%s reaches only Device memory by DMA" fn)))
+
+  (* The binary format: "rigfake 1", then "fn NAME SCRATCH OP" lines. *)
+  let parse b =
+    let lines = String.split_on_char '\n' b in
+    let rec fns acc seen lineno = function
+      | [] -> Ok (List.rev acc)
+      | line :: rest -> (
+          let err why = Error (Printf.sprintf "rig-fake image, line %d: %s" lineno why) in
+          match List.filter (( <> ) "") (String.split_on_char ' ' (String.trim line)) with
+          | [] -> fns acc seen (lineno + 1) rest
+          | [ "fn"; name; scratch; op ] -> (
+              let digits = String.for_all (function '0' .. '9' -> true | _ -> false) scratch in
+              match (digits, int_of_string_opt scratch, List.assoc_opt op ops) with
+              | _ when List.mem name seen -> err ("function " ^ name ^ " defined twice")
+              | false, _, _ | _, None, _ -> err ("scratch is not a decimal byte count: " ^ scratch)
+              | _, _, None -> err ("unknown op: " ^ op)
+              | true, Some s, Some o -> fns ((name, s, o) :: acc) (name :: seen) (lineno + 1) rest)
+          | _ -> err "expected: fn NAME SCRATCH OP")
+    in
+    match lines with
+    | "rigfake 1" :: rest -> fns [] [] 2 rest
+    | _ -> Error "not a rig-fake image"
+
+  let image t b =
+    counted t "image" (fun () ->
+        let parsed =
+          match parse b with
+          | Error "not a rig-fake image" when t.mut = m_image_takes_anything -> Ok []
+          | p -> p
+        in
+        match parsed with
+        | Error _ as e -> e
+        | Ok fns ->
+            let a = Array.of_list fns in
+            let iptr =
+              c_image_load t.dev
+                (Array.map (fun (n, _, _) -> n) a)
+                (Array.map (fun (_, s, _) -> s) a)
+                (Array.map (fun (_, _, o) -> o) a)
+            in
+            Ok
+              {
+                on = t;
+                iptr;
+                fns = List.mapi (fun i (n, _, _) -> (n, i)) fns;
+                unloaded = Atomic.make false;
+              })
+
+  let loaded i fn = if Atomic.get i.unloaded then invalid_arg ("fake: " ^ fn ^ " of an unloaded image")
+
+  let entry i f =
+    counted i.on "entry" (fun () ->
+        loaded i "entry";
+        match List.assoc_opt f i.fns with
+        | None -> E.Absent
+        | Some k -> (
+            match c_entry i.iptr k with
+            | -1 ->
+                invalid_arg
+                  (Printf.sprintf
+                     "fake: function %s needs %d bytes of scratch, more than the device's %d bytes \
+                      of Device memory"
+                     f (c_scratch i.iptr k) i.on.cfg.device_bytes)
+            | -2 -> E.No_memory (c_scratch i.iptr k)
+            | e -> E.Entry (Int64.of_int e)))
+
+  (* Synchronous: the entry is made before prepare returns, and whatever
+     it answered is left for the next entry to find (CODE-6). *)
+  let prepare i f =
+    counted i.on "prepare" (fun () ->
+        loaded i "prepare";
+        match List.assoc_opt f i.fns with
+        | None -> if i.on.mut = m_prepare_reports then raise Not_found
+        | Some k -> c_prepare i.iptr k)
+
+  let grow t = counted t "grow" (fun () -> match c_grow t.dev with 0 -> E.Grown | n -> E.Short n)
+
+  (* No lock, no check: rig may call it while it holds a lock (TIME-1). *)
+  let signaled t =
+    injected "signaled";
+    if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0 else c_word t.dev
+
+  let sleep t ~seen ~still_ms =
+    counted t "sleep" (fun () ->
+        if P.wait (fun () -> c_sleep t.dev seen still_ms) then raise (Fault (c_fault_reason t.dev)))
+
+  let stop t ~fault:_ =
+    public "stop" (fun () -> if not (Atomic.exchange t.stopped true) then c_stop t.dev)
+
+  let unload i =
+    public "unload" (fun () ->
+        injected "unload";
+        if Atomic.exchange i.unloaded true then invalid_arg "fake: image unloaded twice";
+        c_unload i.iptr)
+end
+
+(* --------------------------------------------------------- the package *)
+
+let name = "fake"
+
+let open_device slot =
+  let cfg = Atomic.get config in
+  let mut = Atomic.get mutant in
+  let dev = c_open [| cfg.device_bytes; cfg.mapped_bytes; cfg.pinned_bytes |] cfg.queue_slots mut in
+  let q = E.c_queue ~fns:(c_queue_fns ()) ~dev:(c_dev_ptr dev) ~may_block:cfg.may_block in
+  (* The queue's closures hold dev, so the C device outlives any holder of
+     the queue, not just of the device. *)
+  let keep v = ignore (Sys.opaque_identity dev); v in
+  let queue =
+    {
+      E.room = (fun s -> keep (q.room s));
+      submit = (fun s ~value -> keep (q.submit s ~value));
+      commit = (fun () -> keep (q.commit ()));
+    }
+  in
+  let stopped = Atomic.make false in
+  let word = region_on dev stopped Word (c_word_region dev) in
+  let t =
+    {
+      id = Atomic.fetch_and_add next_id 1;
+      name = names.(slot);
+      slot;
+      dev;
+      cfg;
+      mut;
+      stopped;
+      facts =
+        {
+          E.may_block = cfg.may_block;
+          host_addresses = cfg.host_addresses;
+          maps_host = cfg.maps_host;
+          own_word = Some word;
+          queue;
+        };
+    }
+  in
+  t
+
+let openers () =
+  P.check_unheld "openers";
+  Array.to_list
+    (Array.mapi
+       (fun slot name ->
+         {
+           E.name;
+           make =
+             (fun () ->
+               public (name ^ ".make") (fun () ->
+                   let t = open_device slot in
+                   Atomic.set newest.(slot) (Some t);
+                   t));
+         })
+       names)
+
+let kit =
+  {
+    E.binary = "rigfake 1\nfn spin 0 spin\nfn fault 0 fault\nfn hang 0 hang\nfn fill 0 fill\n";
+    refused_binary = Some "not an image";
+    spin = Some "spin";
+    fault = Some "fault";
+    hang = Some "hang";
+    scratch = Some (fun n -> (Printf.sprintf "rigfake 1\nfn scratch %d nop\n" n, "scratch"));
+    bus_function = Some "0000:41:00.0";
+  }
+
+let configure ?(device_bytes = defaults.device_bytes) ?(mapped_bytes = defaults.mapped_bytes)
+    ?(pinned_bytes = defaults.pinned_bytes) ?(queue_slots = defaults.queue_slots)
+    ?(may_block = defaults.may_block) ?(host_addresses = defaults.host_addresses)
+    ?(maps_host = defaults.maps_host) () =
+  P.check_unheld "configure";
+  if device_bytes < 0 || mapped_bytes < 0 || pinned_bytes < 0 || queue_slots < 0 then
+    invalid_arg "Fake.configure: negative size";
+  Atomic.set config
+    { device_bytes; mapped_bytes; pinned_bytes; queue_slots; may_block; host_addresses; maps_host }
+
+let set_mutant m =
+  P.check_unheld "set_mutant";
+  match m with
+  | None -> Atomic.set mutant 0
+  | Some n -> (
+      match List.find_opt (fun (n', _, _, _) -> n' = n) mutant_table with
+      | Some (_, _, _, code) -> Atomic.set mutant code
+      | None -> invalid_arg ("Fake.set_mutant: no mutant " ^ n))
+
+let clear_injections () =
+  P.check_unheld "clear_injections";
+  Atomic.set injections [];
+  List.iter (fun (_, code) -> c_inject code 0 0 "") c_injected
+
+let reset () =
+  P.check_unheld "reset";
+  Atomic.set config defaults;
+  Atomic.set mutant 0
+
+let inject ~fn ~nth what =
+  P.check_unheld "inject";
+  if not (List.mem fn injectable) then invalid_arg ("Fake.inject: not an injectable function: " ^ fn);
+  if nth < 1 then invalid_arg "Fake.inject: nth must be at least 1";
+  match List.assoc_opt fn c_injected with
+  | Some code -> (
+      (* C cannot raise: a Raise there fails the call, as Fail does. *)
+      match what with
+      | `Fault why -> c_inject code nth 2 why
+      | `Raise _ | `Fail -> c_inject code nth 1 "")
+  | None -> update injections (fun l -> l @ [ { fn; left = Atomic.make nth; what } ])
+
+let usage t m = c_used t.dev (kind_code m)

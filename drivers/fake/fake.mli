@@ -1,0 +1,68 @@
+(** The reference fake driver: a rig driver (Rig_edge.Package) whose
+    devices are host memory and a worker thread, for certifying the
+    conformance harness itself.  Its mutants each break one clause of
+    spec/clauses.tsv, so the certifier can show it catches that clause.
+
+    Devices: three openers, "fake0".."fake2"; each make opens a new device
+    with the configuration and mutant current at that time.  The binary
+    format of images is text: the line [rigfake 1], then lines
+    [fn NAME SCRATCH OP], with OP one of spin, fault, hang, fill, nop. *)
+
+module D : Rig_edge.Driver
+
+val name : string
+val openers : unit -> D.t Rig_edge.opener list
+val kit : Rig_edge.kit
+
+(** {1 Configuration} *)
+
+(** [configure ()] sets the configuration of the devices opened from now
+    on; each argument omitted takes its default: 1 MiB of each memory kind
+    (0 means the device has none of it), a queue of 64 parts (64 bytes of
+    Device memory each), may_block false, host_addresses false, maps_host
+    true.  Raises Invalid_argument on a negative size. *)
+val configure :
+  ?device_bytes:int ->
+  ?mapped_bytes:int ->
+  ?pinned_bytes:int ->
+  ?queue_slots:int ->
+  ?may_block:bool ->
+  ?host_addresses:bool ->
+  ?maps_host:bool ->
+  unit ->
+  unit
+
+(** [reset ()] is the default configuration and no mutant. *)
+val reset : unit -> unit
+
+(** {1 Mutants} *)
+
+(** Each mutant as (name, the clause ID it breaks, what it does). *)
+val mutants : (string * string * string) list
+
+(** [set_mutant m] makes the devices opened from now on the mutant [m]
+    ([None]: the correct driver).  Raises Invalid_argument on an unknown
+    name. *)
+val set_mutant : string option -> unit
+
+(** {1 Fault injection} *)
+
+(** [inject ~fn ~nth what]: the [nth] call (from 1, counted across the
+    process from now) of the driver function [fn] ("alloc", "free",
+    "map_peer", "map_host", "dma", "image", "entry", "prepare", "grow",
+    "signaled", "sleep", "unload", "reach", "submit", "commit") answers
+    [what] instead of running: [`Fault why] raises [D.Fault why], [`Raise e]
+    raises [e], [`Fail] raises Failure.  For "submit" and "commit", C
+    functions, the call returns non-zero instead; a [`Fault why] there also
+    faults the device with [why], and [`Raise _] acts as [`Fail].  Raises
+    Invalid_argument on another [fn] or an [nth] below 1. *)
+val inject : fn:string -> nth:int -> [ `Fault of string | `Raise of exn | `Fail ] -> unit
+
+(** [clear_injections ()] drops every injection not yet fired. *)
+val clear_injections : unit -> unit
+
+(** {1 Introspection, for tests} *)
+
+(** [usage d m] is the bytes of [d]'s memory [m] in use: regions, entries'
+    scratch and, for Device, queue slots. *)
+val usage : D.t -> Rig_edge.memory -> int

@@ -1,0 +1,281 @@
+(* rig-conform: the command line.  Subcommands: certify (a verdict per
+   clause for a driver), run (one job: the child of certify, and the replay
+   line), selftest (every mutant caught with exactly its clause, the
+   conforming pair clean across seeds), list, bench. *)
+
+let usage_error fmt =
+  Printf.ksprintf
+    (fun s ->
+      prerr_endline ("rig-conform: " ^ s);
+      prerr_endline "Try 'rig-conform --help'.";
+      exit 2)
+    fmt
+
+let help =
+  {|rig-conform: conformance harness for rig drivers
+
+Usage:
+  rig-conform certify [--driver NAME] [--only IDS] [--seeds N] [-j N] [--timeout SECONDS] [--report PATH]
+      Certifies a driver: one verdict per clause of spec/clauses.tsv (pass, fail, n/a,
+      unchecked), printed and written to PATH (default out/certify/report.json).
+      Exit 0 when no clause fails, 1 when one does, 2 on a usage error.
+  rig-conform run --case NAME --seed N [--driver NAME] [--mutant NAME]
+      Runs one case once, in this process, and prints its findings: the replay line
+      that certify prints beside each failure.  Exit 1 when it finds a violation.
+  rig-conform selftest [--seeds N] [-j N] [--timeout SECONDS] [--report PATH]
+      Proves the checks: each mutant of the fake driver and of the reference rig must be
+      flagged with exactly its clause, and the conforming pair with nothing across N seeds
+      (default 20).  Writes out/selftest/report.json.
+  rig-conform list [--driver NAME]
+      The cases, the clauses each checks, and the mutants.
+  rig-conform bench [--report PATH]
+      The validation layer's cost (wrapped vs bare, same workload) and certify's wall time.
+
+Options:
+  --driver NAME     a bundled driver (default fake)
+  --only IDS        comma-separated clause IDs or globs (STOP-*, CNT-1,EXC-*)
+  --seeds N         seeds 1..N (certify default 3)
+  --seed N          a single seed
+  -j N              jobs run at once (default: the number of cores)
+  --timeout S       seconds a case may take before it is killed (default 60)
+  --report PATH     where the JSON report goes
+  --no-color        no colour (also when NO_COLOR is set or stdout is not a terminal)
+|}
+
+type opts = {
+  mutable driver : string;
+  mutable only : string list;
+  mutable seeds : int list;
+  mutable jobs : int;
+  mutable timeout : float;
+  mutable report : string option;
+  mutable case : string option;
+  mutable mutant : string option;
+  mutable color : bool;
+}
+
+let cores () =
+  try
+    let ic = Unix.open_process_in "nproc 2>/dev/null" in
+    let n = int_of_string (String.trim (input_line ic)) in
+    ignore (Unix.close_process_in ic);
+    max 1 n
+  with _ -> 1
+
+let positive name s =
+  match int_of_string_opt s with
+  | Some n when n > 0 -> n
+  | _ -> usage_error "%s wants a positive integer, not %S" name s
+
+let parse_opts args ~allowed =
+  let o =
+    { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = 60.; report = None; case = None;
+      mutant = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
+  in
+  let rec go = function
+    | [] -> ()
+    | ("-h" | "--help") :: _ -> print_string help; exit 0
+    | flag :: rest when not (List.mem flag allowed) && String.length flag > 0 && flag.[0] = '-' ->
+        ignore rest;
+        usage_error "unknown option %s for this subcommand" flag
+    | "--no-color" :: rest -> o.color <- false; go rest
+    | flag :: [] when flag.[0] = '-' -> usage_error "%s needs a value" flag
+    | "--driver" :: v :: rest -> o.driver <- v; go rest
+    | "--only" :: v :: rest -> o.only <- o.only @ List.filter (( <> ) "") (String.split_on_char ',' v); go rest
+    | "--seeds" :: v :: rest -> o.seeds <- List.init (positive "--seeds" v) (fun i -> i + 1); go rest
+    | "--seed" :: v :: rest ->
+        (match int_of_string_opt v with Some n -> o.seeds <- [ n ] | None -> usage_error "--seed wants an integer, not %S" v);
+        go rest
+    | "-j" :: v :: rest -> o.jobs <- positive "-j" v; go rest
+    | "--timeout" :: v :: rest ->
+        (match float_of_string_opt v with
+        | Some s when s > 0. -> o.timeout <- s
+        | _ -> usage_error "--timeout wants a positive number of seconds, not %S" v);
+        go rest
+    | "--report" :: v :: rest -> o.report <- Some v; go rest
+    | "--case" :: v :: rest -> o.case <- Some v; go rest
+    | "--mutant" :: v :: rest -> o.mutant <- Some v; go rest
+    | arg :: _ -> usage_error "unexpected argument %S" arg
+  in
+  go args;
+  o
+
+let driver_of o =
+  match Drivers.find o.driver with
+  | Some d -> d
+  | None -> usage_error "no driver %S (bundled: %s)" o.driver (String.concat ", " Drivers.names)
+
+let all_cases = Probes.cases @ Scenarios.cases
+
+(* Cases that check at least one of the clauses. *)
+let cases_for (clauses : Catalog.clause list) =
+  List.filter (fun (c : Case.t) -> List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) clauses) all_cases
+
+let interrupted = ref false
+
+let progress_printer ~total ~what =
+  let t0 = Unix.gettimeofday () in
+  let tty = Unix.isatty Unix.stderr in
+  fun done_ ->
+    if tty then begin
+      Printf.eprintf "\r%s: %d/%d runs, %.0f s%!" what done_ total (Unix.gettimeofday () -. t0);
+      if done_ = total then prerr_newline ()
+    end
+    else if done_ = total || done_ mod 50 = 0 then
+      Printf.eprintf "%s: %d/%d runs, %.0f s\n%!" what done_ total (Unix.gettimeofday () -. t0)
+
+let run_jobs o ~what jobs =
+  Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> interrupted := true));
+  let total = List.length jobs in
+  let results =
+    Runner.run_all ~parallel:o.jobs ~timeout:o.timeout
+      ~progress:(progress_printer ~total ~what)
+      ~stop:(fun () -> !interrupted)
+      jobs
+  in
+  (* Children killed by the interruption say nothing about the driver. *)
+  if !interrupted then
+    List.filter (fun (r : Runner.result) -> match r.outcome with Findings _ | Not_applicable _ -> true | _ -> false) results
+  else results
+
+(* ---- certify ---- *)
+
+let certify args =
+  let o = parse_opts args ~allowed:[ "--driver"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--no-color" ] in
+  ignore (driver_of o);
+  let seeds = if o.seeds = [] then [ 1; 2; 3 ] else o.seeds in
+  let report = Option.value o.report ~default:"out/certify/report.json" in
+  let selected =
+    if o.only = [] then Catalog.all
+    else match Catalog.select o.only with Ok l -> l | Error p -> usage_error "--only: %S names no clause of the catalog" p
+  in
+  let cases = cases_for selected in
+  let jobs =
+    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; mutant = None }) seeds) cases
+  in
+  Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d\n%!" o.driver (List.length cases) (List.length seeds) o.jobs;
+  let results = run_jobs o ~what:"certify" jobs in
+  let lines = Report.verdicts ~cases:all_cases ~selected results in
+  Report.print_table ~color:o.color lines;
+  Report.write_json report ~driver:o.driver ~seeds ~interrupted:!interrupted lines;
+  Printf.printf "report: %s\n" report;
+  if !interrupted then (prerr_endline "rig-conform: interrupted; the report holds what was done"; exit 130);
+  if List.exists (fun (l : Report.line) -> l.verdict = Fail) lines then exit 1
+
+(* ---- run: one job, in this process ---- *)
+
+let apply_mutant (drv : Drivers.t) = function
+  | None -> ()
+  | Some m ->
+      if List.exists (fun (n, _, _) -> n = m) Rig_mutant.all then Rig_mutant.set (Some m)
+      else if List.exists (fun (n, _, _) -> n = m) drv.mutants then drv.set_mutant (Some m)
+      else usage_error "no mutant %S of the reference rig or of driver %S" m "this driver"
+
+let run args =
+  let o = parse_opts args ~allowed:[ "--driver"; "--case"; "--seed"; "--mutant" ] in
+  let drv = driver_of o in
+  let name = match o.case with Some n -> n | None -> usage_error "run needs --case NAME" in
+  let case =
+    match List.find_opt (fun (c : Case.t) -> c.name = name) all_cases with
+    | Some c -> c
+    | None -> usage_error "no case %S (see rig-conform list)" name
+  in
+  let seed = match o.seeds with [ s ] -> s | _ -> usage_error "run needs --seed N" in
+  drv.reset ();
+  apply_mutant drv o.mutant;
+  let job = { Runner.case; seed; driver = o.driver; mutant = o.mutant } in
+  exit (Runner.child drv job)
+
+(* The run subcommand as a person types it: the protocol lines, then a
+   summary and an exit code.  The certifier's children use the same path;
+   the parent reads the lines and ignores the rest. *)
+
+(* ---- selftest ---- *)
+
+let selftest args =
+  let o = parse_opts args ~allowed:[ "--seeds"; "-j"; "--timeout"; "--report"; "--no-color" ] in
+  let drv = driver_of o in
+  let seeds = if o.seeds = [] then List.init 20 (fun i -> i + 1) else o.seeds in
+  let report = Option.value o.report ~default:"out/selftest/report.json" in
+  let mutants =
+    List.map (fun (n, c, w) -> (n, c, w, "rig")) Rig_mutant.all
+    @ List.map (fun (n, c, w) -> (n, c, w, "driver " ^ o.driver)) drv.mutants
+  in
+  let checked = List.sort_uniq compare (List.concat_map (fun (c : Case.t) -> c.clauses) all_cases) in
+  let without_mutant = List.filter (fun id -> not (List.exists (fun (_, c, _, _) -> c = id) mutants)) checked in
+  let conforming_jobs =
+    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; mutant = None }) seeds) all_cases
+  in
+  let mutant_jobs =
+    List.concat_map
+      (fun (m, clause, _, _) ->
+        let cases = List.filter (fun (c : Case.t) -> List.mem clause c.clauses) all_cases in
+        List.map (fun case -> { Runner.case; seed = 1; driver = o.driver; mutant = Some m }) cases)
+      mutants
+  in
+  let results = run_jobs o ~what:"selftest" (conforming_jobs @ mutant_jobs) in
+  let conforming = List.filter (fun (r : Runner.result) -> r.job.mutant = None) results in
+  let conforming_flagged = Report.flagged conforming in
+  let rows =
+    List.map
+      (fun (m, clause, what, side) ->
+        let mine = List.filter (fun (r : Runner.result) -> r.job.mutant = Some m) results in
+        let flagged = Report.flagged mine in
+        let caught = flagged = [ clause ] in
+        (m, clause, what, side, caught, flagged, mine))
+      mutants
+  in
+  let ok_mutants = List.for_all (fun (_, _, _, _, c, _, _) -> c) rows in
+  List.iter
+    (fun (m, clause, _, side, caught, flagged, mine) ->
+      Printf.printf "%-8s %-26s %-12s %s%s\n" clause m side
+        (if caught then "caught" else if mine = [] then "NOT RUN" else "MISSED")
+        (if caught then "" else Printf.sprintf " (flagged: %s)" (String.concat "," flagged)))
+    rows;
+  Printf.printf "conforming pair: %d runs over %d seeds, flagged: %s\n" (List.length conforming) (List.length seeds)
+    (if conforming_flagged = [] then "nothing" else String.concat "," conforming_flagged);
+  List.iter (fun id -> Printf.printf "clause %s is checked but no mutant proves it\n" id) without_mutant;
+  List.iter
+    (fun (r : Runner.result) ->
+      match r.outcome with
+      | Findings (_ :: _) | Crashed _ | Timed_out _ -> Printf.printf "  conforming failure: %s\n" (Runner.replay r.job)
+      | _ -> ())
+    conforming;
+  let row_json (m, clause, what, side, caught, flagged, _) =
+    Printf.sprintf "    {\"clause\": %s, \"mutant\": %s, \"side\": %s, \"breaks\": %s, \"caught\": %b, \"flagged\": [%s]}"
+      (Report.json_string clause) (Report.json_string m) (Report.json_string side) (Report.json_string what) caught
+      (String.concat ", " (List.map Report.json_string flagged))
+  in
+  let dir = Filename.dirname report in
+  ignore (Sys.command (Printf.sprintf "mkdir -p %s" (Filename.quote dir)));
+  Out_channel.with_open_bin report (fun oc ->
+      Printf.fprintf oc
+        "{\n  \"format\": \"rig-conform-selftest/1\",\n  \"driver\": %s,\n  \"conforming\": {\"seeds\": %d, \"runs\": %d, \"flagged\": [%s]},\n  \"unproven_clauses\": [%s],\n  \"mutants\": [\n%s\n  ]\n}\n"
+        (Report.json_string o.driver) (List.length seeds) (List.length conforming)
+        (String.concat ", " (List.map Report.json_string conforming_flagged))
+        (String.concat ", " (List.map Report.json_string without_mutant))
+        (String.concat ",\n" (List.map row_json rows)));
+  Printf.printf "report: %s\n" report;
+  if !interrupted then exit 130;
+  if not (ok_mutants && conforming_flagged = [] && without_mutant = []) then exit 1
+
+(* ---- list ---- *)
+
+let list args =
+  let o = parse_opts args ~allowed:[ "--driver" ] in
+  let drv = driver_of o in
+  print_endline "cases:";
+  List.iter (fun (c : Case.t) -> Printf.printf "  %-32s %s\n" c.name (String.concat " " c.clauses)) all_cases;
+  print_endline "mutants of the reference rig:";
+  List.iter (fun (n, c, w) -> Printf.printf "  %-26s %-8s %s\n" n c w) Rig_mutant.all;
+  Printf.printf "mutants of driver %s:\n" o.driver;
+  List.iter (fun (n, c, w) -> Printf.printf "  %-26s %-8s %s\n" n c w) drv.mutants
+
+let () =
+  match List.tl (Array.to_list Sys.argv) with
+  | [] | ("-h" | "--help" | "help") :: _ -> print_string help
+  | "certify" :: rest -> certify rest
+  | "run" :: rest -> run rest
+  | "selftest" :: rest -> selftest rest
+  | "list" :: rest -> list rest
+  | cmd :: _ -> usage_error "unknown subcommand %S" cmd

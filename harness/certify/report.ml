@@ -1,0 +1,111 @@
+(* Verdicts and reports; see report.mli. *)
+
+type verdict = Pass | Fail | Na | Unchecked
+
+let verdict_name = function Pass -> "pass" | Fail -> "fail" | Na -> "n/a" | Unchecked -> "unchecked"
+
+type line = { clause : Catalog.clause; verdict : verdict; evidence : string; repro : string option }
+
+let checks (c : Catalog.clause) (case : Case.t) = List.mem c.id case.clauses
+
+(* What a result says against a clause, if anything. *)
+let against (c : Catalog.clause) (r : Runner.result) =
+  match r.outcome with
+  | Findings fs ->
+      List.find_map
+        (fun (f : Case.finding) ->
+          if f.clause = c.id then Some (Printf.sprintf "%s (case %s, seed %d)" f.detail r.job.case.name r.job.seed)
+          else None)
+        fs
+  | Crashed how when checks c r.job.case -> Some (Printf.sprintf "case %s crashed: %s" r.job.case.name how)
+  | Timed_out s when checks c r.job.case ->
+      Some (Printf.sprintf "case %s did not end within %.0f s and was killed" r.job.case.name s)
+  | _ -> None
+
+let verdicts ~cases ~selected results =
+  List.map
+    (fun (c : Catalog.clause) ->
+      let mine = List.filter (checks c) cases in
+      let line verdict evidence repro = { clause = c; verdict; evidence; repro } in
+      if not (List.exists (fun (s : Catalog.clause) -> s.id = c.id) selected) then
+        line Unchecked "not selected by --only" None
+      else if mine = [] then line Unchecked "no check of this clause yet" None
+      else
+        match List.find_map (fun r -> Option.map (fun e -> (e, r)) (against c r)) results with
+        | Some (evidence, r) -> line Fail evidence (Some (Runner.replay r.job))
+        | None -> (
+            let ran = List.filter (fun (r : Runner.result) -> checks c r.job.case) results in
+            let applicable = List.filter (fun (r : Runner.result) -> match r.outcome with Not_applicable _ -> false | _ -> true) ran in
+            match (ran, applicable) with
+            | [], _ -> line Unchecked "its cases did not run (interrupted)" None
+            | r :: _, [] ->
+                let why = match r.outcome with Not_applicable w -> w | _ -> "" in
+                line Na why None
+            | _ ->
+                let names = List.sort_uniq compare (List.map (fun (r : Runner.result) -> r.job.case.name) applicable) in
+                line Pass
+                  (Printf.sprintf "%d run(s) of %s: no violation" (List.length applicable) (String.concat ", " names))
+                  None))
+    Catalog.all
+
+let flagged results =
+  Catalog.all
+  |> List.filter (fun c -> List.exists (fun r -> against c r <> None) results)
+  |> List.map (fun (c : Catalog.clause) -> c.id)
+
+let print_table ~color lines =
+  let paint code s = if color then Printf.sprintf "\027[%sm%s\027[0m" code s else s in
+  List.iter
+    (fun l ->
+      let v = verdict_name l.verdict in
+      let v =
+        match l.verdict with
+        | Pass -> paint "32" v | Fail -> paint "31;1" v | Na -> paint "36" v | Unchecked -> paint "33" v
+      in
+      let ev = if String.length l.evidence > 110 then String.sub l.evidence 0 107 ^ "..." else l.evidence in
+      Printf.printf "%-8s %-9s %s\n" l.clause.id v ev;
+      Option.iter (fun r -> Printf.printf "%-8s %-9s replay: %s\n" "" "" r) l.repro)
+    lines;
+  let count v = List.length (List.filter (fun l -> l.verdict = v) lines) in
+  Printf.printf "%d clauses: %d pass, %d fail, %d n/a, %d unchecked\n%!" (List.length lines) (count Pass)
+    (count Fail) (count Na) (count Unchecked)
+
+let json_string s =
+  let b = Buffer.create (String.length s + 2) in
+  Buffer.add_char b '"';
+  String.iter
+    (fun c ->
+      match c with
+      | '"' -> Buffer.add_string b "\\\""
+      | '\\' -> Buffer.add_string b "\\\\"
+      | '\n' -> Buffer.add_string b "\\n"
+      | c when Char.code c < 0x20 -> Buffer.add_string b (Printf.sprintf "\\u%04x" (Char.code c))
+      | c -> Buffer.add_char b c)
+    s;
+  Buffer.add_char b '"';
+  Buffer.contents b
+
+let rec mkdir_p dir =
+  if dir <> "" && dir <> "." && dir <> "/" && not (Sys.file_exists dir) then begin
+    mkdir_p (Filename.dirname dir);
+    try Sys.mkdir dir 0o755 with Sys_error _ when Sys.file_exists dir -> ()
+  end
+
+let write_json path ~driver ~seeds ~interrupted lines =
+  mkdir_p (Filename.dirname path);
+  let clause l =
+    Printf.sprintf "    {\"id\": %s, \"side\": %s, \"verdict\": %s, \"evidence\": %s%s}" (json_string l.clause.id)
+      (json_string l.clause.side)
+      (json_string (verdict_name l.verdict))
+      (json_string l.evidence)
+      (match l.repro with Some r -> ", \"repro\": " ^ json_string r | None -> "")
+  in
+  let tmp = path ^ ".tmp" in
+  Out_channel.with_open_bin tmp (fun oc ->
+      Printf.fprintf oc
+        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"clauses\": [\n%s\n  ]\n}\n"
+        (json_string driver)
+        (String.concat ", " (List.map string_of_int seeds))
+        interrupted
+        (String.concat ",\n" (List.map clause lines)));
+  Sys.rename tmp path

@@ -1,0 +1,30 @@
+(** Verdicts per clause from the results of a run, and the reports: the
+    console table and out/certify/report.json (format in docs/report-format.md). *)
+
+type verdict = Pass | Fail | Na | Unchecked
+
+val verdict_name : verdict -> string
+
+type line = {
+  clause : Catalog.clause;
+  verdict : verdict;
+  evidence : string;
+  repro : string option;  (** for a fail: the command line that replays it *)
+}
+
+(** [verdicts ~cases ~selected results]: one line per catalog clause.  A
+    clause no case checks, or not [selected], is [Unchecked]; one with a
+    finding, a crash or a timeout of a case that checks it is [Fail]; one
+    whose cases were all not applicable is [Na]; otherwise [Pass]. *)
+val verdicts : cases:Case.t list -> selected:Catalog.clause list -> Runner.result list -> line list
+
+(** The clauses each result flagged (findings, crashes and timeouts). *)
+val flagged : Runner.result list -> string list
+
+val print_table : color:bool -> line list -> unit
+
+(** [write_json path ~driver ~seeds ~interrupted lines] *)
+val write_json : string -> driver:string -> seeds:int list -> interrupted:bool -> line list -> unit
+
+(** JSON string literal of a string. *)
+val json_string : string -> string

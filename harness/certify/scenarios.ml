@@ -1,0 +1,335 @@
+(* Rig-side scenarios: the reference rig, wrapped around the driver by the
+   validation layer, driven through the flows in which each rig clause can
+   be observed.  See scenarios.mli. *)
+
+open Case
+
+(* Short hang bound so that hang scenarios end quickly; the validation
+   layer is told the same bound. *)
+let hang_ms = 1000
+
+(* What a scenario body receives: the rig over the validated driver, and the
+   helpers every flow uses. *)
+module Env (P : Rig_edge.Package) = struct
+  module V = Validate.Make (P.D)
+  module R = Rig.Make (V)
+
+  let () =
+    R.set_hang_ms hang_ms;
+    V.set_hang_ms hang_ms
+
+  let openers = P.openers ()
+
+  let opener i =
+    match List.nth_opt openers i with
+    | Some o -> V.opener o
+    | None -> raise Exit
+
+  let open_ i =
+    let o = opener i in
+    V.user (Validate.Open o.name) (fun () -> R.open_ o)
+
+  let close dev = V.user (Validate.Close (R.name dev)) (fun () -> R.close dev)
+  let kit = P.kit
+
+  let entry_of dev fname =
+    match R.load dev kit.binary with
+    | Error why -> failwith ("the kit's image was refused: " ^ why)
+    | Ok im -> (
+        match R.entry im fname with
+        | Some h -> (im, h)
+        | None -> failwith ("the kit's image has no function " ^ fname))
+end
+
+(* Raised by a body that needs a kit item or a second device the driver lacks. *)
+exception Needs of string
+
+let need what = function Some x -> x | None -> raise (Needs what)
+let fake_only (module P : Rig_edge.Package) = if P.name <> "fake" then raise (Needs "the fake driver's knobs")
+
+module Flows (P : Rig_edge.Package) = struct
+  include Env (P)
+
+  let rng seed = Random.State.make [| seed |]
+  let small_size st = 4 * (1 + Random.State.int st 64)
+  let spin () = need "kit.spin" kit.spin
+  let hang () = need "kit.hang" kit.hang
+
+  (* Open, reopen by name, close both handles, with work that still hangs
+     at the stop: CNT-1, CNT-4, STOP-1, STOP-7, TIME-2. *)
+  let lifecycle ~seed _acc =
+    let st = rng seed in
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Device (small_size st) in
+    R.write b 0 "rig!";
+    let _, h = entry_of dev (hang ()) in
+    let v = R.submit dev [ R.Fill (b, 0, 4, Random.State.int st 256); R.Launch (h, []) ] in
+    ignore v;
+    let again = open_ 0 in
+    close dev;
+    let b' = R.alloc again Rig_edge.Mapped (small_size st) in
+    R.free b';
+    close again
+
+  (* A sleep in flight on one thread while another closes: CNT-2.  The work
+     hangs, so that the waiter surely sleeps. *)
+  let sleep_in_flight ~seed:_ _acc =
+    let dev = open_ 0 in
+    let _, h = entry_of dev (hang ()) in
+    let v = R.submit dev [ R.Launch (h, []) ] in
+    let waiter = Thread.create (fun () -> try R.wait dev v with _ -> ()) () in
+    V.await_in_flight "sleep";
+    close dev;
+    Thread.join waiter
+
+  (* Work that faults: the device is lost, nothing more is asked of it, and
+     stop hears of the Fault: CNT-6, STOP-1. *)
+  let fault ~seed acc =
+    let dev = open_ 0 in
+    let _, h = entry_of dev (need "kit.fault" kit.fault) in
+    let v = R.submit dev [ R.Launch (h, [ R.Int seed ]) ] in
+    (match R.wait dev v with
+    | () -> acc := finding "CNT-6" "wait on faulting work returned normally" :: !acc
+    | exception Rig.Device_lost _ -> ());
+    (match R.alloc dev Rig_edge.Device 64 with
+    | b -> R.free b
+    | exception Rig.Device_lost _ -> ());
+    close dev
+
+  (* An injected exception from alloc loses the device: EXC-1. *)
+  let exception_loses ~seed:_ _acc =
+    let dev = open_ 0 in
+    Fake.inject ~fn:"alloc" ~nth:1 (`Raise (Failure "injected by rig.exception-loses"));
+    (try ignore (R.alloc dev Rig_edge.Device 64) with Failure _ -> ());
+    (try ignore (R.alloc dev Rig_edge.Device 64) with Rig.Device_lost _ -> ());
+    close dev
+
+  let still_usable acc clause dev what =
+    match R.alloc dev Rig_edge.Device 64 with
+    | b -> R.free b
+    | exception Rig.Device_lost why ->
+        acc := finding clause "the device was lost after %s (%s)" what why :: !acc
+
+  (* An Invalid_argument from entry loses nothing: EXC-2. *)
+  let entry_invalid ~seed:_ acc =
+    let dev = open_ 0 in
+    let bin, f = (need "kit.scratch" kit.scratch) (1 lsl 40) in
+    (match R.load dev bin with
+    | Ok im -> (
+        match R.entry im f with
+        | _ -> ()
+        | exception Invalid_argument _ -> still_usable acc "EXC-2" dev "an Invalid_argument from entry")
+    | Error _ -> ());
+    close dev
+
+  (* An exception from prepare loses nothing: EXC-3. *)
+  let prepare_exception ~seed:_ acc =
+    let dev = open_ 0 in
+    let im, _ = entry_of dev (spin ()) in
+    Fake.inject ~fn:"prepare" ~nth:1 (`Raise Not_found);
+    R.prepare im (spin ());
+    still_usable acc "EXC-3" dev "a Not_found from prepare";
+    close dev
+
+  (* Free, unload, close: nothing freed or unloaded twice: GUAR-1, GUAR-5. *)
+  let free_once ~seed _acc =
+    let st = rng seed in
+    let dev = open_ 0 in
+    let a = R.alloc dev Rig_edge.Device (small_size st) in
+    let b = R.alloc dev Rig_edge.Device (small_size st) in
+    R.free a;
+    let im, _ = entry_of dev (spin ()) in
+    R.unload im;
+    ignore b;
+    close dev
+
+  (* Peer mappings: asked of distinct devices, freed before what they map,
+     dma only on allocated memory: GUAR-2, GUAR-3, GUAR-4. *)
+  let peer_mapping ~seed _acc =
+    let st = rng seed in
+    let a = open_ 0 in
+    let b = (try open_ 1 with Exit -> raise (Needs "a second device")) in
+    let r = R.alloc b Rig_edge.Device (small_size st) in
+    let m = R.map_peer a r in
+    (match kit.bus_function with
+    | Some fn -> (
+        ignore (R.dma r ~fn);
+        try ignore (R.dma m ~fn) with Invalid_argument _ -> ())
+    | None -> ());
+    R.free r;
+    R.free m;
+    close a;
+    close b
+
+  (* Mapped memory absent: rig falls back to Pinned: GUAR-6. *)
+  let pinned_fallback ~seed _acc =
+    Fake.configure ~mapped_bytes:0 ();
+    let st = rng seed in
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Mapped (small_size st) in
+    R.free b;
+    close dev
+
+  (* Work that hangs: rig bounds it and stops with Some: GUAR-7, STOP-1. *)
+  let hang_bound ~seed:_ acc =
+    let dev = open_ 0 in
+    let _, h = entry_of dev (hang ()) in
+    let v = R.submit dev [ R.Launch (h, []) ] in
+    (match R.wait dev v with
+    | () -> acc := finding "GUAR-7" "wait on hung work returned normally" :: !acc
+    | exception Rig.Device_lost _ -> ()
+    | exception Validate.Abandoned _ -> ());
+    close dev
+
+  (* A buffer whose length is not a whole word: MEM-1. *)
+  let alloc_rounding ~seed acc =
+    let dev = open_ 0 in
+    let n = 4 * (1 + (seed mod 8)) + 2 in
+    (match R.alloc dev Rig_edge.Device n with
+    | b ->
+        let text = String.init n (fun i -> Char.chr (65 + (i mod 26))) in
+        R.write b 0 text;
+        if R.read b 0 n <> text then acc := finding "MEM-1" "a %d-byte buffer did not keep its bytes" n :: !acc;
+        R.free b
+    | exception (Invalid_argument _ | Rig.Device_lost _) -> ());
+    close dev
+
+  (* A buffer freed while work that uses it runs: MEM-3. *)
+  let free_under_work ~seed _acc =
+    let dev = open_ 0 in
+    let _, h = entry_of dev (spin ()) in
+    let b = R.alloc dev Rig_edge.Device 64 in
+    let v = R.submit dev [ R.Launch (h, [ R.Int (100 + (seed mod 50)); R.Buf b ]) ] in
+    R.free b;
+    R.wait dev v;
+    close dev
+
+  (* map_host on a device that does not map host memory: MEM-6. *)
+  let map_host_declared ~seed:_ _acc =
+    Fake.configure ~maps_host:false ();
+    let dev = open_ 0 in
+    (try ignore (R.map_host dev 0x10000n 4096) with Invalid_argument _ -> ());
+    close dev
+
+  (* Fill the device's memory so that entry answers No_memory: CODE-4. *)
+  let entry_rounds ~seed acc =
+    Fake.configure ~device_bytes:65536 ();
+    let dev = open_ 0 in
+    let filler = R.alloc dev Rig_edge.Device 40000 in
+    let bin, f = (need "kit.scratch" kit.scratch) (40000 + (4 * (seed mod 16))) in
+    (match R.load dev bin with
+    | Ok im -> (
+        match R.entry im f with
+        | _ -> acc := finding "CODE-4" "entry succeeded on a full device" :: !acc
+        | exception Rig.Out_of_memory _ -> ())
+    | Error why -> failwith why);
+    R.free filler;
+    close dev
+
+  (* Queues too small and no memory to grow them: QUEUE-4, QUEUE-5, QUEUE-6. *)
+  let grow_rounds ~seed acc =
+    Fake.configure ~queue_slots:2 ~device_bytes:65536 ();
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Device 64 in
+    let fills k = List.init k (fun i -> R.Fill (b, 0, 4, i + seed)) in
+    (* Room after one growth: the submission fits. *)
+    R.wait dev (R.submit dev (fills 3));
+    let rec fill_memory chunk acc =
+      match R.alloc dev Rig_edge.Device chunk with
+      | x -> fill_memory chunk (x :: acc)
+      | exception Rig.Out_of_memory _ -> acc
+    in
+    let held = fill_memory 4 (fill_memory 4096 []) in
+    (match R.submit dev (fills 40) with
+    | _ -> acc := finding "QUEUE-6" "a submission that could not grow was taken" :: !acc
+    | exception Rig.Out_of_memory _ -> ());
+    List.iter R.free held;
+    R.free b;
+    close dev
+
+  (* Calls under a lock, masks: LOCK-1, LOCK-2, SIG-1. *)
+  let lock_discipline ~seed:_ acc =
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Device 64 in
+    let mine = Rig_edge_primitives.Lock.create "scenario's own lock" in
+    (match Rig_edge_primitives.Lock.protect mine (fun () -> R.wait dev 0) with
+    | () -> acc := finding "LOCK-2" "Rig.wait called inside a lock did not raise Invalid_argument" :: !acc
+    | exception Invalid_argument _ -> ());
+    R.free b;
+    close dev
+
+  let run name ~seed acc =
+    let body =
+      match name with
+      | "rig.lifecycle" -> lifecycle
+      | "rig.sleep-in-flight" -> sleep_in_flight
+      | "rig.fault" -> fault
+      | "rig.exception-loses" -> exception_loses
+      | "rig.entry-invalid" -> entry_invalid
+      | "rig.prepare-exception" -> prepare_exception
+      | "rig.free-once" -> free_once
+      | "rig.peer-mapping" -> peer_mapping
+      | "rig.pinned-fallback" -> pinned_fallback
+      | "rig.hang-bound" -> hang_bound
+      | "rig.alloc-rounding" -> alloc_rounding
+      | "rig.free-under-work" -> free_under_work
+      | "rig.map-host-declared" -> map_host_declared
+      | "rig.entry-rounds" -> entry_rounds
+      | "rig.grow-rounds" -> grow_rounds
+      | "rig.lock-discipline" -> lock_discipline
+      | _ -> invalid_arg ("no scenario " ^ name)
+    in
+    body ~seed acc
+end
+
+(* name, clauses, whether it needs the fake driver's knobs *)
+let table =
+  [
+    ("rig.lifecycle", [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ], false);
+    ("rig.sleep-in-flight", [ "CNT-2" ], false);
+    ("rig.fault", [ "CNT-6"; "STOP-1" ], false);
+    ("rig.exception-loses", [ "EXC-1" ], true);
+    ("rig.entry-invalid", [ "EXC-2" ], false);
+    ("rig.prepare-exception", [ "EXC-3" ], true);
+    ("rig.free-once", [ "GUAR-1"; "GUAR-5" ], false);
+    ("rig.peer-mapping", [ "GUAR-2"; "GUAR-3"; "GUAR-4" ], false);
+    ("rig.pinned-fallback", [ "GUAR-6" ], true);
+    ("rig.hang-bound", [ "GUAR-7"; "STOP-1" ], false);
+    ("rig.alloc-rounding", [ "MEM-1" ], false);
+    ("rig.free-under-work", [ "MEM-3" ], false);
+    ("rig.map-host-declared", [ "MEM-6" ], true);
+    ("rig.entry-rounds", [ "CODE-4" ], true);
+    ("rig.grow-rounds", [ "QUEUE-4"; "QUEUE-5"; "QUEUE-6" ], true);
+    ("rig.lock-discipline", [ "LOCK-1"; "LOCK-2"; "SIG-1" ], false);
+  ]
+
+let of_violation (v : Validate.violation) =
+  let shown =
+    v.events
+    |> List.map (fun (e : Validate.event) ->
+           Printf.sprintf "#%d %s %s%s" e.seq e.device e.fn
+             (match e.phase with Start -> "" | Return r -> " -> " ^ r | Raise r -> " raised " ^ r))
+    |> String.concat "; "
+  in
+  finding v.clause "%s [%s]" v.detail shown
+
+let case (name, clauses, needs_fake) =
+  let run (module P : Rig_edge.Package) ~seed =
+    try
+      if needs_fake then fake_only (module P);
+      let module F = Flows (P) in
+      let acc = ref [] in
+      let outcome =
+        match F.run name ~seed acc with
+        | () -> None
+        | exception Needs what -> Some (Not_applicable ("needs " ^ what))
+        | exception Validate.Abandoned _ -> None
+      in
+      match outcome with
+      | Some na -> na
+      | None -> Ran (List.rev !acc @ List.map of_violation (F.V.finish ()))
+    with Needs what -> Not_applicable ("needs " ^ what)
+  in
+  { name; clauses; run }
+
+let cases = List.map case table
