@@ -174,9 +174,9 @@ type image = {
 let names = [| "fake0"; "fake1"; "fake2" |]
 let next_id = Atomic.make 0
 
-(* The newest device of each opener: only the free-touches-new mutant
-   reads it. *)
-let newest : t option Atomic.t array = Array.init (Array.length names) (fun _ -> Atomic.make None)
+(* The newest device of each opener, held weakly so that it can still go:
+   only the free-touches-new mutant reads it. *)
+let newest : t Weak.t = Weak.create (Array.length names)
 
 (* The start of each public function that may take a lock: the check of
    LOCK-4, then signals blocked for the whole run (SIG-6). *)
@@ -245,7 +245,7 @@ module D = struct
         if Atomic.exchange r.freed true then invalid_arg "fake: region freed twice";
         c_free t.dev r.ptr;
         if t.mut = m_free_touches_new && Atomic.get t.stopped then
-          match (r.kind, Atomic.get newest.(t.slot)) with
+          match (r.kind, Weak.get newest t.slot) with
           | Memory m, Some n when n.id <> t.id -> c_charge n.dev (kind_code m) r.place.size
           | _ -> ())
 
@@ -436,7 +436,7 @@ let openers () =
              (fun () ->
                public (name ^ ".make") (fun () ->
                    let t = open_device slot in
-                   Atomic.set newest.(slot) (Some t);
+                   Weak.set newest slot (Some t);
                    t));
          })
        names)

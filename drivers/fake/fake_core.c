@@ -6,7 +6,6 @@
  * pool of pre-allocated part slots, so submit only copies parts.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>

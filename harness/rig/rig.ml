@@ -98,7 +98,7 @@ module Make (D : Rig_edge.Driver) = struct
      the mask is given back (SIG-1). *)
   let counted ?(mask = true) ?(count = true) dev fn f =
     if count then enter dev
-    else (match dev.lost with Some why -> raise (Device_lost why) | None -> ());
+    else with_rig (fun () -> match dev.lost with Some why -> raise (Device_lost why) | None -> ());
     let m = if mask then Some (P.mask ()) else None in
     let finish () =
       if count then leave dev;
@@ -303,7 +303,7 @@ module Make (D : Rig_edge.Driver) = struct
     let one m =
       let call () = D.alloc dev.d m n' in
       if M.is "call-in-lock" then
-        P.Lock.protect (P.Lock.create "rig.alloc") (fun () -> counted dev "alloc" call)
+        counted dev "alloc" (fun () -> P.Lock.protect (P.Lock.create "rig.alloc") call)
       else counted ~mask:(not (M.is "unmasked-call")) dev "alloc" call
     in
     let attempt () =

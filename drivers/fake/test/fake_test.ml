@@ -402,8 +402,39 @@ let mutant_scenario () =
       Fake.usage n E.Device = u + 8);
   Fake.reset ()
 
+(* Threads racing for a small queue: after Grown, the next room of the
+   thread that grew answers Room (QUEUE-2). *)
+let concurrent_scenario () =
+  step "concurrent submissions, small queue";
+  Fake.configure ~queue_slots:2 ~may_block:true ();
+  let d = open_ "fake0" in
+  Fake.reset ();
+  let r = get (D.alloc d E.Device 64) in
+  let q = (D.facts d).E.queue in
+  let bad = Atomic.make 0 in
+  let worker k () =
+    for v = 1 to 200 do
+      let s = E.encode (List.init 3 (fun _ -> E.Fill { dst = handle d r; off = k * 4; len = 4; byte = v land 0xff })) in
+      (match q.E.room s with
+      | E.Room -> ()
+      | E.Grow -> (
+          (match D.grow d with E.Grown -> () | E.Short _ -> Atomic.incr bad);
+          match q.E.room s with E.Room -> () | E.Grow -> Atomic.incr bad));
+      if not (q.E.submit s ~value:v && q.E.commit ()) then Atomic.incr bad
+    done
+  in
+  let ts = List.init 4 (fun k -> Thread.create (worker k) ()) in
+  List.iter Thread.join ts;
+  check "no Grow after Grown" (Atomic.get bad = 0);
+  submit d ~value:1000 [];
+  wait_word d 1000;
+  check "all filled" (read d r 0 16 = String.make 16 '\200');
+  D.stop d ~fault:None;
+  poll_word d 1000
+
 let () =
   main_scenario ();
+  concurrent_scenario ();
   hang_scenario ();
   fault_scenario ();
   encoded_scenario ();
