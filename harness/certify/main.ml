@@ -278,4 +278,5 @@ let () =
   | "run" :: rest -> run rest
   | "selftest" :: rest -> selftest rest
   | "list" :: rest -> list rest
+  | "bench" :: rest -> Bench.main rest
   | cmd :: _ -> usage_error "unknown subcommand %S" cmd
