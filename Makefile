@@ -18,7 +18,7 @@ PYTEST := /usr/bin/python3 -m pytest
 J ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: build certify selftest test pytest bench install clean
+.PHONY: build certify selftest test unit pytest bench install clean
 
 build:
 	dune build 2>&1
@@ -35,8 +35,12 @@ selftest: build
 pytest: build
 	$(PYTEST) -q tests
 
+## unit: the components' own tests (dune test: the fake driver's smoke test)
+unit: build
+	dune test --force 2>&1
+
 ## test: the whole suite
-test: selftest pytest
+test: unit selftest pytest
 
 ## bench: validation layer cost ratio and certify wall time (not a test)
 bench: build
