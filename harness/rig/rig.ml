@@ -175,9 +175,10 @@ module Make (D : Rig_edge.Driver) = struct
 
   let wait_word dev v =
     let rec loop () =
+      (* A device lost meanwhile (a close on another thread) is not read again. *)
+      (match dev.lost with Some why -> raise (Device_lost why) | None -> ());
       let w = signaled dev in
       if w < v then begin
-        (match dev.lost with Some why -> raise (Device_lost why) | None -> ());
         let stalled = now_ms () -. dev.last_move in
         let bounded = not (M.is "no-hang-bound") in
         if bounded && stalled >= float !hang_ms then begin

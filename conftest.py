@@ -1,0 +1,235 @@
+"""Shared helpers for the pytest suite of rig-conform.
+
+Everything the tests parametrise over (the cases, the clauses each checks,
+the mutants and the clause each breaks) comes from `rig-conform list` at
+collection time, never from a list written here.  When the binary is missing
+it is built once with `make build`; if that fails, the session stops with the
+build's output.
+
+The binary can be overridden with the RIG_CONFORM environment variable.
+"""
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+DEFAULT_RIG = ROOT / "_build" / "default" / "harness" / "certify" / "main.exe"
+CLAUSES_TSV = ROOT / "spec" / "clauses.tsv"
+
+# No single case run or certify of the suite comes close to these; they only
+# keep a hung child from hanging the suite.
+RUN_TIMEOUT = 120
+CERTIFY_TIMEOUT = 600
+BUILD_TIMEOUT = 3600
+
+
+class RigError(Exception):
+    """The binary is missing, cannot be built, or `list` cannot be parsed."""
+
+
+def rig_path() -> Path:
+    env = os.environ.get("RIG_CONFORM")
+    return Path(env).resolve() if env else DEFAULT_RIG
+
+
+@functools.lru_cache(maxsize=None)
+def ensure_rig() -> str:
+    """Path of the binary; built with `make build` (once) when it is missing."""
+    rig = rig_path()
+    if rig.is_file() and os.access(rig, os.X_OK):
+        return str(rig)
+    if os.environ.get("RIG_CONFORM"):
+        raise RigError(f"RIG_CONFORM={rig} is not an executable file")
+    try:
+        proc = subprocess.run(
+            ["make", "build"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RigError(f"`make build` in {ROOT} could not run: {e}") from e
+    if proc.returncode != 0 or not (rig.is_file() and os.access(rig, os.X_OK)):
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+        raise RigError(
+            f"{rig} is missing and `make build` (exit {proc.returncode}) did not "
+            f"produce it; last lines of its output:\n{tail}"
+        )
+    return str(rig)
+
+
+def rig(*args, timeout=RUN_TIMEOUT, cwd=ROOT):
+    """Runs the binary with `args`; returns the CompletedProcess (text mode)."""
+    return subprocess.run(
+        [ensure_rig(), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+# ----------------------------------------------------------------------------
+# `rig-conform list`
+
+
+@functools.lru_cache(maxsize=None)
+def parse_list():
+    """(cases, mutants) from `rig-conform list`:
+    cases   {case name: [clause IDs it checks]} in the listed order;
+    mutants [(name, clause, side)], side "rig" for mutants of the reference
+            rig and "driver" for mutants of the driver."""
+    proc = rig("list")
+    if proc.returncode != 0:
+        raise RigError(f"`rig-conform list` exited {proc.returncode}: {proc.stderr}")
+    cases, mutants = {}, []
+    section = None
+    for line in proc.stdout.splitlines():
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            head = line.strip()
+            if head == "cases:":
+                section = "cases"
+            elif head == "mutants of the reference rig:":
+                section = "rig"
+            elif head.startswith("mutants of driver") and head.endswith(":"):
+                section = "driver"
+            else:
+                raise RigError(f"`rig-conform list`: unexpected heading {line!r}")
+            continue
+        words = line.split()
+        if section == "cases":
+            if len(words) < 2:
+                raise RigError(f"`rig-conform list`: case line without clauses: {line!r}")
+            cases[words[0]] = words[1:]
+        elif section in ("rig", "driver"):
+            if len(words) < 2:
+                raise RigError(f"`rig-conform list`: bad mutant line {line!r}")
+            mutants.append((words[0], words[1], section))
+        else:
+            raise RigError(f"`rig-conform list`: line outside any section: {line!r}")
+    if not cases or not mutants:
+        raise RigError(f"`rig-conform list` gave no cases or no mutants:\n{proc.stdout}")
+    return cases, mutants
+
+
+def cases_of_clause(clause):
+    """The cases that check `clause`, in listed order."""
+    cases, _ = parse_list()
+    return [name for name, clauses in cases.items() if clause in clauses]
+
+
+def checked_clauses():
+    cases, _ = parse_list()
+    return {c for clauses in cases.values() for c in clauses}
+
+
+def catalog():
+    """Rows of spec/clauses.tsv (header skipped): [(id, side)] in file order."""
+    rows = []
+    with open(CLAUSES_TSV, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for line in lines[1:]:
+        if line.strip():
+            fields = line.split("\t")
+            rows.append((fields[0], fields[1]))
+    return rows
+
+
+# ----------------------------------------------------------------------------
+# One case run
+
+
+def parse_run_output(stdout):
+    """(set of flagged clause IDs, list of output lines)."""
+    lines = stdout.splitlines()
+    flagged = set()
+    for line in lines:
+        fields = line.split("\t")
+        if fields[0] == "FINDING" and len(fields) >= 2:
+            flagged.add(fields[1])
+    return flagged, lines
+
+
+def replay_args(case, seed, mutant=None, driver="fake"):
+    """The arguments of certify's replay line for one job (see runner.ml)."""
+    args = ["run", "--driver", driver, "--case", case, "--seed", str(seed)]
+    if mutant is not None:
+        args += ["--mutant", mutant]
+    return args
+
+
+def run_case(case, seed, mutant=None):
+    """Runs one case once: (exit code, set of flagged clause IDs, output lines)."""
+    args = ["run", "--case", case, "--seed", seed]
+    if mutant is not None:
+        args += ["--mutant", mutant]
+    proc = rig(*args)
+    flagged, lines = parse_run_output(proc.stdout)
+    if proc.stderr.strip():
+        lines = lines + ["stderr: " + l for l in proc.stderr.splitlines()]
+    return proc.returncode, flagged, lines
+
+
+@functools.lru_cache(maxsize=None)
+def run_case_cached(case, seed, mutant=None):
+    """run_case, once per session for each (case, seed, mutant): a case
+    checking several clauses is parametrised once per clause."""
+    code, flagged, lines = run_case(case, seed, mutant)
+    return code, frozenset(flagged), tuple(lines)
+
+
+# ----------------------------------------------------------------------------
+# pytest hooks and fixtures
+
+
+def pytest_configure(config):
+    try:
+        ensure_rig()
+        parse_list()
+    except RigError as e:
+        pytest.exit(f"rig-conform test suite cannot start: {e}", returncode=1)
+
+
+def clause_case_params():
+    """pytest.param((clause, case)) for each pair, id "<clause>-<case>"."""
+    cases, _ = parse_list()
+    return [
+        pytest.param(clause, case, id=f"{clause}-{case}")
+        for case, clauses in cases.items()
+        for clause in clauses
+    ]
+
+
+def mutant_params():
+    """pytest.param((name, clause, side)) for each mutant, id "<clause>-<name>"."""
+    _, mutants = parse_list()
+    return [
+        pytest.param(name, clause, side, id=f"{clause}-{name}")
+        for name, clause, side in mutants
+    ]
+
+
+def pytest_generate_tests(metafunc):
+    names = set(metafunc.fixturenames)
+    if {"clause", "case"} <= names:
+        metafunc.parametrize(("clause", "case"), clause_case_params())
+    elif {"mutant", "clause", "side"} <= names:
+        metafunc.parametrize(("mutant", "clause", "side"), mutant_params())
+
+
+@pytest.fixture(scope="session")
+def rig_bin():
+    return ensure_rig()
+
+
+@pytest.fixture(scope="session")
+def rig_list():
+    return parse_list()

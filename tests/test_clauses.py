@@ -1,0 +1,81 @@
+"""Per-clause tests of rig-conform's checks, parametrised from `rig-conform list`.
+
+* test_conforming[<clause>-<case>]: the conforming pair (reference rig and the
+  fake driver) raises nothing in a case that checks <clause>, over seeds 1..3.
+* test_mutant_caught[<clause>-<mutant>]: a mutant that breaks <clause> is
+  flagged, by the cases that check <clause>, with exactly <clause>.
+* test_ids_select_one_clause: `pytest -k <clause>` selects only that clause's
+  tests (but for a clause ID that is a prefix of another, e.g. MEM-1/MEM-10).
+
+Every test ID carries its clause ID, so `pytest -k STOP-3` runs STOP-3 only.
+"""
+
+import re
+
+import pytest
+
+from conftest import (
+    cases_of_clause,
+    clause_case_params,
+    mutant_params,
+    parse_list,
+    run_case,
+    run_case_cached,
+)
+
+SEEDS = (1, 2, 3)
+
+
+def _show(lines):
+    return "\n".join(lines)
+
+
+def test_conforming(clause, case):
+    for seed in SEEDS:
+        code, flagged, lines = run_case_cached(case, seed)
+        where = f"run --case {case} --seed {seed}"
+        assert lines and lines[-1] == "DONE", f"{where}: no final DONE:\n{_show(lines)}"
+        assert not flagged, f"{where}: conforming pair flagged {sorted(flagged)}:\n{_show(lines)}"
+        errors = [l for l in lines if l.startswith("ERROR")]
+        assert not errors, f"{where}: ERROR lines:\n{_show(lines)}"
+        others = [l for l in lines[:-1] if not l.startswith("NA\t")]
+        assert not others, f"{where}: unexpected output:\n{_show(lines)}"
+        assert code == 0, f"{where}: exit {code}:\n{_show(lines)}"
+
+
+def test_mutant_caught(mutant, clause, side):
+    cases = cases_of_clause(clause)
+    assert cases, f"mutant {mutant} breaks {clause}, which no case checks"
+    union = set()
+    report = []
+    for case in cases:
+        code, flagged, lines = run_case(case, 1, mutant)
+        where = f"run --case {case} --seed 1 --mutant {mutant}"
+        report.append(f"{where}: exit {code}\n{_show(lines)}")
+        assert lines and lines[-1] == "DONE", f"{where}: no final DONE:\n{_show(lines)}"
+        assert not any(l.startswith("ERROR") for l in lines), f"{where}: ERROR:\n{_show(lines)}"
+        assert code == (1 if flagged else 0), f"{where}: exit {code} with findings {sorted(flagged)}"
+        union |= flagged
+    assert union == {clause}, (
+        f"{side}-side mutant {mutant} should be flagged with exactly {{{clause}}}, "
+        f"got {sorted(union)}:\n" + "\n".join(report)
+    )
+
+
+def _k_matches(expr, test_id):
+    # What `pytest -k <clause ID>` does with one name: a case-insensitive
+    # substring match on the test's name (the parametrised ID included).
+    return expr.lower() in test_id.lower()
+
+
+def test_ids_select_one_clause():
+    cases, mutants = parse_list()
+    ids = [(p.values[0], f"test_conforming[{p.id}]") for p in clause_case_params()]
+    ids += [(p.values[1], f"test_mutant_caught[{p.id}]") for p in mutant_params()]
+    clauses = {c for c, _ in ids}
+    for clause in clauses:
+        selected = {owner for owner, tid in ids if _k_matches(clause, tid)}
+        # A clause ID followed by more digits (MEM-1 in MEM-10) is accepted.
+        stray = {o for o in selected if o != clause and not re.fullmatch(re.escape(clause) + r"\d+", o)}
+        assert not stray, f"-k {clause} also selects tests of {sorted(stray)}"
+        assert clause in selected
