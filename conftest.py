@@ -218,7 +218,13 @@ def mutant_params():
 
 
 def pytest_generate_tests(metafunc):
-    names = set(metafunc.fixturenames)
+    # Only tests that do not parametrise these names themselves.
+    own = {
+        n.strip()
+        for m in metafunc.definition.iter_markers("parametrize")
+        for n in (m.args[0].split(",") if isinstance(m.args[0], str) else m.args[0])
+    }
+    names = set(metafunc.fixturenames) - own
     if {"clause", "case"} <= names:
         metafunc.parametrize(("clause", "case"), clause_case_params())
     elif {"mutant", "clause", "side"} <= names:

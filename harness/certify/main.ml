@@ -169,7 +169,7 @@ let apply_mutant (drv : Drivers.t) = function
   | Some m ->
       if List.exists (fun (n, _, _) -> n = m) Rig_mutant.all then Rig_mutant.set (Some m)
       else if List.exists (fun (n, _, _) -> n = m) drv.mutants then drv.set_mutant (Some m)
-      else usage_error "no mutant %S of the reference rig or of driver %S" m "this driver"
+      else usage_error "no mutant %S of the reference rig or of this driver (see rig-conform list)" m
 
 let run args =
   let o = parse_opts args ~allowed:[ "--driver"; "--case"; "--seed"; "--mutant" ] in
