@@ -82,6 +82,26 @@ module Flows (P : Rig_edge.Package) = struct
     close dev;
     Thread.join waiter
 
+  (* A buffer that only hung work keeps alive is let go of at stop: CNT-5. *)
+  let release_kept ~seed acc =
+    let dev = open_ 0 in
+    let _, h = entry_of dev (hang ()) in
+    let watch = Weak.create 1 in
+    let submit_and_drop () =
+      let b = R.alloc dev Rig_edge.Device (4 * (1 + (seed mod 16))) in
+      Weak.set watch 0 (Some b);
+      ignore (R.submit dev [ R.Launch (h, [ R.Buf b ]) ]);
+      R.free b
+    in
+    (Sys.opaque_identity submit_and_drop) ();
+    close dev;
+    Gc.full_major ();
+    if Weak.check watch 0 then
+      acc := finding "CNT-5" "a buffer that only a submission kept is still alive after stop" :: !acc;
+    (* The program still holds the device: what rig keeps with it must not
+       keep the buffer. *)
+    ignore (Sys.opaque_identity dev)
+
   (* Work that faults: the device is lost, nothing more is asked of it, and
      stop hears of the Fault: CNT-6, STOP-1. *)
   let fault ~seed acc =
@@ -277,6 +297,7 @@ module Flows (P : Rig_edge.Package) = struct
       match name with
       | "rig.lifecycle" -> lifecycle
       | "rig.sleep-in-flight" -> sleep_in_flight
+      | "rig.release-kept" -> release_kept
       | "rig.fault" -> fault
       | "rig.exception-loses" -> exception_loses
       | "rig.entry-invalid" -> entry_invalid
@@ -301,6 +322,7 @@ let table =
   [
     ("rig.lifecycle", [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ], false);
     ("rig.sleep-in-flight", [ "CNT-2" ], false);
+    ("rig.release-kept", [ "CNT-5" ], false);
     ("rig.fault", [ "CNT-6"; "STOP-1" ], false);
     ("rig.exception-loses", [ "EXC-1" ], true);
     ("rig.entry-invalid", [ "EXC-2" ], false);

@@ -129,7 +129,8 @@ module Make (D : Rig_edge.Driver) = struct
         if w > dev.observed then begin
           dev.observed <- w;
           dev.last_move <- now_ms ();
-          dev.kept <- List.filter (fun (v, _) -> v > w) dev.kept
+          if not (M.is "keep-after-stop" && dev.stopped) then
+            dev.kept <- List.filter (fun (v, _) -> v > w) dev.kept
         end)
 
   let signaled dev =
@@ -155,7 +156,7 @@ module Make (D : Rig_edge.Driver) = struct
     with_rig (fun () ->
         b.freed <- true;
         dev.buffers <- List.filter (( != ) b) dev.buffers;
-        dev.given_back <- b :: dev.given_back;
+        if M.is "double-free" then dev.given_back <- b :: dev.given_back;
         match b.kind with Peer_of over -> over.maps <- over.maps - 1 | _ -> ())
 
   (* Frees every buffer the program freed that no work and no mapping needs
@@ -234,7 +235,8 @@ module Make (D : Rig_edge.Driver) = struct
     end;
     if not dev.released then begin
       dev.released <- true;
-      with_rig (fun () -> dev.kept <- []);
+      (* rig lets go of what the device's submissions keep (CNT-5). *)
+      if not (M.is "keep-after-stop") then with_rig (fun () -> dev.kept <- []);
       let word_reached () =
         if M.is "call-after-stop" then
           (try P.masked (fun () -> D.sleep dev.d ~seen:dev.observed ~still_ms:10) with _ -> ());

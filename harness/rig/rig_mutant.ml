@@ -4,6 +4,7 @@ let all =
   [
     ("stop-twice", "CNT-1", "close calls stop again on a device already stopped at a reopen of its name");
     ("uncounted-sleep", "CNT-2", "sleep is not counted, so close stops a device while a sleep is in flight");
+    ("keep-after-stop", "CNT-5", "keeps the values of the device's submissions alive after stop");
     ("call-after-stop", "CNT-4", "after stop, waits for the word with sleep instead of signaled");
     ("ignore-fault", "CNT-6", "a Fault from a counted call does not lose the device");
     ("ignore-exception", "EXC-1", "another exception from alloc (and the other listed functions) loses nothing");
