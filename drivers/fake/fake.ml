@@ -97,6 +97,8 @@ let mutant_table =
     ("stop-drops-word", "STOP-5", "stop releases the word: signaled answers 0 after it", 18);
     ("late-word-write", "STOP-6", "the running spin's value lands after stop wrote the last one", 19);
     ("free-touches-new", "STOP-8", "free after stop charges the newest device of the name", 20);
+    ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
+    ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
   ]
 
 let mutants = List.map (fun (n, c, d, _) -> (n, c, d)) mutant_table

@@ -838,11 +838,19 @@ uint64_t fake_grow(struct fake_dev *d) {
     goto out;
   }
   if (t->missing <= t->growth_n) goto out;
+  if (mutant(d, FAKE_M_GROW_UNUSED)) goto out; /* Grown, having made nothing */
   uint32_t need = t->missing - t->growth_n;
   uint64_t fit = room_of(d, FAKE_DEVICE) / FAKE_PART_BYTES;
   uint32_t k = fit < need ? (uint32_t)fit : need;
   struct fake_node *g = chunk_new(d, k);
   if (k && !g) k = 0;
+  if (k < need && mutant(d, FAKE_M_GROW_SHORT_DROPS)) {
+    /* Short, and what it made is charged but lost (it stays on d->chunks,
+     * unused), so the next grow needs the whole growth again. */
+    d->used[FAKE_DEVICE] += (uint64_t)k * FAKE_PART_BYTES;
+    short_bytes = (uint64_t)(need - k) * FAKE_PART_BYTES;
+    goto out;
+  }
   if (k) {
     /* Partial growths stay for the next room (QUEUE-3). */
     struct fake_node *last = g;

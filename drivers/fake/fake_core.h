@@ -48,7 +48,9 @@ enum fake_mutant {
   FAKE_M_STOP_RUNS_ENCODED,      /* STOP-4 */
   FAKE_M_STOP_DROPS_WORD,        /* STOP-5 (OCaml side) */
   FAKE_M_LATE_WORD_WRITE,        /* STOP-6 */
-  FAKE_M_FREE_TOUCHES_NEW        /* STOP-8 (OCaml side) */
+  FAKE_M_FREE_TOUCHES_NEW,       /* STOP-8 (OCaml side) */
+  FAKE_M_GROW_UNUSED,            /* QUEUE-2 */
+  FAKE_M_GROW_SHORT_DROPS        /* QUEUE-3 */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

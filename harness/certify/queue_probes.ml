@@ -1,0 +1,145 @@
+(* Queue probes; see queue_probes.mli.  They drive the C functions as rig
+   does: room, grow on the same thread after RIG_GROW, room again. *)
+
+open Case
+module P = Rig_edge_primitives
+
+(* The largest submission probed: a driver whose room never answers
+   RIG_GROW below it is not applicable (QUEUE-6: it is never asked). *)
+let max_parts = 1 lsl 14
+
+module Probe (Pk : Rig_edge.Package) = struct
+  module D = Pk.D
+
+  exception Not_applicable_here of string
+
+  let open_first () =
+    match Pk.openers () with
+    | o :: _ -> P.masked o.make
+    | [] -> raise (Not_applicable_here "the driver has no device")
+
+  let alloc d n = P.masked (fun () -> D.alloc d Rig_edge.Device n)
+
+  let fills d r k =
+    let dst = (D.locate d r).handle in
+    Rig_edge.encode (List.init k (fun i -> Rig_edge.Fill { dst; off = 0; len = 4; byte = i land 255 }))
+
+  let room d s = P.masked (fun () -> (D.facts d).queue.room s)
+  let grow d = P.masked (fun () -> D.grow d)
+
+  let value = ref 0
+
+  (* Submits what room made room for, and waits (bounded) until its work is
+     done, so that the queue's state does not depend on the worker's pace. *)
+  let finish d s =
+    let q = (D.facts d).queue in
+    incr value;
+    ignore (P.masked (fun () -> q.submit s ~value:!value));
+    ignore (P.masked (fun () -> q.commit ()));
+    let rec await k =
+      let w = D.signaled d in
+      if w < !value && k > 0 then begin
+        (try P.masked (fun () -> D.sleep d ~seen:w ~still_ms:20) with _ -> ());
+        await (k - 1)
+      end
+    in
+    await 250
+
+  (* The smallest power-of-two submission whose room answers RIG_GROW. *)
+  let growing_submission d r =
+    let rec go k =
+      if k > max_parts then raise (Not_applicable_here "room never answered RIG_GROW")
+      else
+        let s = fills d r k in
+        match room d s with
+        | Rig_edge.Grow -> s
+        | Room -> finish d s; go (k * 2)
+    in
+    go 8
+
+  (* Stop the device and give back what the probe made, once the word reads
+     the last value (bounded: a stuck word leaves it to the process's end). *)
+  let close d regions =
+    P.masked (fun () -> D.stop d ~fault:None);
+    let rec await k = if k > 0 && D.signaled d < !value then (Thread.delay 0.002; await (k - 1)) in
+    await 2500;
+    if D.signaled d >= !value then begin
+      List.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) regions;
+      Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) (D.facts d).own_word
+    end
+
+  let queue2 ~seed:_ =
+    let d = open_first () in
+    let r = Option.get (alloc d 64) in
+    let acc = ref [] in
+    let s = growing_submission d r in
+    (match grow d with
+    | Rig_edge.Short _ -> raise (Not_applicable_here "grow answered Short with the device's memory free")
+    | Grown -> (
+        match room d s with
+        | Rig_edge.Room -> finish d s
+        | Grow ->
+            acc := [ finding "QUEUE-2" "after grow answered Grown, room answered RIG_GROW again for the same parts" ]));
+    close d [ r ];
+    !acc
+
+  (* Give back at least [n] bytes from [pool] ((size, region) pairs, the
+     small pieces first) and no more than a piece over; answers what stays. *)
+  let rec give_back d pool n =
+    match pool with
+    | (size, x) :: rest when n > 0 -> P.masked (fun () -> D.free d x); give_back d rest (n - size)
+    | _ -> pool
+
+  (* Full memory: Short n1.  Half of it back: a partial growth, Short n2.
+     n2 more bytes: what the partial growth made stayed, so Grown. *)
+  let queue3 ~seed =
+    let d = open_first () in
+    let r = Option.get (alloc d 64) in
+    let acc = ref [] in
+    let s = growing_submission d r in
+    let rec take size acc = match alloc d size with Some x -> take size ((size, x) :: acc) | None -> acc in
+    (* Pieces no bigger than a word and a queue part's likely cost, so that
+       what is given back stays close to what grow asked. *)
+    let pieces = take 64 [] in
+    let pool = take 4 [] @ pieces in
+    let regrow () =
+      match room d s with
+      | Rig_edge.Room -> None
+      | Grow -> Some (grow d)
+    in
+    let kept =
+      match grow d with
+      | Rig_edge.Grown -> raise (Not_applicable_here "grow needs no Device memory")
+      | Short n1 -> (
+          let first = (n1 / 2) + (4 * (seed mod 3)) in
+          let pool = give_back d pool first in
+          match regrow () with
+          | None | Some Grown -> pool
+          | Some (Short n2) -> (
+              let pool = give_back d pool n2 in
+              match regrow () with
+              | None -> pool
+              | Some Grown -> (
+                  match room d s with
+                  | Room -> finish d s; pool
+                  | Grow -> acc := [ finding "QUEUE-2" "after Grown, room answered RIG_GROW again" ]; pool)
+              | Some (Short n3) ->
+                  acc :=
+                    [ finding "QUEUE-3"
+                        "grow answered Short %d, then with %d bytes back Short %d, then with %d more bytes back Short %d: what it made did not stay"
+                        n1 first n2 n2 n3 ];
+                  pool))
+    in
+    close d (r :: List.map snd kept);
+    !acc
+
+  let run name ~seed =
+    try Ran ((if name = "probe.QUEUE-2.grown-holds" then queue2 else queue3) ~seed)
+    with Not_applicable_here why -> Not_applicable why
+end
+
+let case name clause =
+  { name; clauses = [ clause ];
+    run = (fun (module Pk : Rig_edge.Package) ~seed -> let module M = Probe (Pk) in M.run name ~seed) }
+
+let cases = [ case "probe.QUEUE-2.grown-holds" "QUEUE-2"; case "probe.QUEUE-3.short-keeps" "QUEUE-3" ]
