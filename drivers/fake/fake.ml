@@ -99,6 +99,7 @@ let mutant_table =
     ("free-touches-new", "STOP-8", "free after stop charges the newest device of the name", 20);
     ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
     ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
+    ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
   ]
 
 let mutants = List.map (fun (n, c, d, _) -> (n, c, d)) mutant_table
@@ -107,6 +108,7 @@ let m_dma_vague = 5
 let m_image_takes_anything = 6
 let m_prepare_reports = 10
 let m_stop_drops_word = 18
+let m_signaled_shadow = 23
 let m_free_touches_new = 20
 
 (* The code of the mutant of devices opened from now on; 0 for none. *)
@@ -155,6 +157,7 @@ type t = {
   cfg : config;
   mut : int;
   stopped : bool Atomic.t;
+  shadow : int Atomic.t;  (** the word as the last sleep saw it: the signaled-shadow mutant reads it *)
   facts : region E.facts;
 }
 
@@ -369,11 +372,15 @@ module D = struct
   (* No lock, no check: rig may call it while it holds a lock (TIME-1). *)
   let signaled t =
     injected "signaled";
-    if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0 else c_word t.dev
+    if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0
+    else if t.mut = m_signaled_shadow then Atomic.get t.shadow
+    else c_word t.dev
 
   let sleep t ~seen ~still_ms =
     counted t "sleep" (fun () ->
-        if P.wait (fun () -> c_sleep t.dev seen still_ms) then raise (Fault (c_fault_reason t.dev)))
+        let faulted = P.wait (fun () -> c_sleep t.dev seen still_ms) in
+        Atomic.set t.shadow (c_word t.dev);
+        if faulted then raise (Fault (c_fault_reason t.dev)))
 
   let stop t ~fault:_ =
     public "stop" (fun () -> if not (Atomic.exchange t.stopped true) then c_stop t.dev)
@@ -415,6 +422,7 @@ let open_device slot =
       cfg;
       mut;
       stopped;
+      shadow = Atomic.make 0;
       facts =
         {
           E.may_block = cfg.may_block;

@@ -50,7 +50,8 @@ enum fake_mutant {
   FAKE_M_LATE_WORD_WRITE,        /* STOP-6 */
   FAKE_M_FREE_TOUCHES_NEW,       /* STOP-8 (OCaml side) */
   FAKE_M_GROW_UNUSED,            /* QUEUE-2 */
-  FAKE_M_GROW_SHORT_DROPS        /* QUEUE-3 */
+  FAKE_M_GROW_SHORT_DROPS,       /* QUEUE-3 */
+  FAKE_M_SIGNALED_SHADOW         /* TIME-1 (OCaml side) */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

@@ -105,7 +105,7 @@ let driver_of o =
   | Some d -> d
   | None -> usage_error "no driver %S (bundled: %s)" o.driver (String.concat ", " Drivers.names)
 
-let all_cases = Probes.cases @ Queue_probes.cases @ Scenarios.cases
+let all_cases = Probes.cases @ Queue_probes.cases @ Word_probes.cases @ Scenarios.cases
 
 (* Cases that check at least one of the clauses. *)
 let cases_for (clauses : Catalog.clause list) =
