@@ -273,6 +273,13 @@ module Kit (P : Package) = struct
           Error "commit failed")
         else Ok v
 
+  (* [launch dev h what]: one Launch of entry [h] with no argument, which the
+     case needs to go on ([what] names it in the Skip). *)
+  let launch dev h what =
+    match submit dev [ Launch { entry = h; args = [] } ] with
+    | Ok v -> v
+    | Error e -> raise (Skip (spf "setup: the %s launch: %s" what e))
+
   type slept = Returned | Faulted of string | Other of exn
 
   (* One call of sleep under the watchdog; outliving [bound_ms] abandons the
@@ -870,9 +877,8 @@ let time4_bounded_sleep (module P : Package) ~seed =
       let hang = K.need_item "hang" P.kit.hang in
       let dev = K.open_first s in
       let h = K.kit_entry s dev "hang" hang in
-      (match K.submit dev [ Launch { entry = h; args = [] } ] with
-      | Ok _ -> dev.hung <- true
-      | Error e -> raise (Skip (spf "setup: the hang launch: %s" e)));
+      ignore (K.launch dev h "hang");
+      dev.hung <- true;
       Thread.delay 0.05;
       let rec go k =
         if k > 0 then begin
@@ -895,9 +901,7 @@ let time5_fault_sticks (module P : Package) ~seed =
       let fault = K.need_item "fault" P.kit.fault in
       let dev = K.open_first s in
       let h = K.kit_entry s dev "fault" fault in
-      (match K.submit dev [ Launch { entry = h; args = [] } ] with
-      | Ok _ -> ()
-      | Error e -> raise (Skip (spf "setup: the fault launch: %s" e)));
+      ignore (K.launch dev h "fault");
       let deadline = now () +. 3. in
       let rec first () =
         match K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:20 ~bound_ms:6000 with
@@ -924,9 +928,8 @@ let stop2_no_wait (module P : Package) ~seed =
       let hang = K.need_item "hang" P.kit.hang in
       let dev = K.open_first s in
       let h = K.kit_entry s dev "hang" hang in
-      (match K.submit dev [ Launch { entry = h; args = [] } ] with
-      | Ok _ -> dev.hung <- true
-      | Error e -> raise (Skip (spf "setup: the hang launch: %s" e)));
+      ignore (K.launch dev h "hang");
+      dev.hung <- true;
       Thread.delay (0.02 +. (0.01 *. float_of_int (K.int s 5)));
       dev.lost <- Some "hang bound";
       match K.stop s dev ~bound_ms:6000 with
