@@ -55,3 +55,4 @@ install: build
 clean:
 	dune clean
 	rm -rf out
+-include mk/*.mk

@@ -1,4 +1,4 @@
-(* The bundled drivers; see drivers.mli. *)
+(* The drivers; see drivers.mli. *)
 
 type t = {
   package : (module Rig_edge.Package);
@@ -7,10 +7,24 @@ type t = {
   set_mutant : string option -> unit;
 }
 
-let fake =
-  { package = (module Fake : Rig_edge.Package); reset = Fake.reset; mutants = Fake.mutants;
-    set_mutant = Fake.set_mutant }
+let () = Rig_edge_registry.register (module Fake : Rig_edge.Package)
 
-let table = [ ("fake", fake) ]
-let names = List.map fst table
-let find name = List.assoc_opt name table
+let names () = Rig_edge_registry.names ()
+
+let find name =
+  if name = Fake.name then
+    Some { package = (module Fake : Rig_edge.Package); reset = Fake.reset; mutants = Fake.mutants;
+           set_mutant = Fake.set_mutant }
+  else
+    Option.map
+      (fun package ->
+        { package; reset = ignore; mutants = [];
+          set_mutant = (function None -> () | Some m -> invalid_arg ("driver has no mutant " ^ m)) })
+      (Rig_edge_registry.find name)
+
+let load_plugin path =
+  if not (Sys.file_exists path) then Error (path ^ ": no such file")
+  else
+    try Ok (Dynlink.loadfile (Dynlink.adapt_filename path)) with
+    | Dynlink.Error e -> Error (path ^ ": " ^ Dynlink.error_message e)
+    | e -> Error (path ^ ": its initialisation raised " ^ Printexc.to_string e)

@@ -1,4 +1,6 @@
-(** The drivers the harness can certify by name, with their mutant knobs. *)
+(** The drivers the harness can certify by name: the bundled fake driver,
+    with its mutant knobs, and any driver a plugin registered
+    (Rig_edge_registry). *)
 
 type t = {
   package : (module Rig_edge.Package);
@@ -7,5 +9,9 @@ type t = {
   set_mutant : string option -> unit;
 }
 
-val names : string list
+val names : unit -> string list
 val find : string -> t option
+
+(** [load_plugin path] loads a driver plugin (.cmxs) that registers itself;
+    [Error why] when it cannot be loaded. *)
+val load_plugin : string -> (unit, string) result

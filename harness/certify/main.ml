@@ -32,7 +32,8 @@ Usage:
       The validation layer's cost (wrapped vs bare, same workload) and certify's wall time.
 
 Options:
-  --driver NAME     a bundled driver (default fake)
+  --driver NAME     the driver to certify (default fake, the bundled one)
+  --plugin PATH     load a driver plugin (.cmxs) that registers a driver (repeatable)
   --only IDS        comma-separated clause IDs or globs (STOP-*, CNT-1,EXC-*)
   --seeds N         seeds 1..N (certify default 3)
   --seed N          a single seed
@@ -51,6 +52,7 @@ type opts = {
   mutable report : string option;
   mutable case : string option;
   mutable mutant : string option;
+  mutable plugins : string list;
   mutable color : bool;
 }
 
@@ -70,7 +72,7 @@ let positive name s =
 let parse_opts args ~allowed =
   let o =
     { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = 60.; report = None; case = None;
-      mutant = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
+      mutant = None; plugins = []; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
   in
   let rec go = function
     | [] -> ()
@@ -95,6 +97,13 @@ let parse_opts args ~allowed =
     | "--report" :: v :: rest -> o.report <- Some v; go rest
     | "--case" :: v :: rest -> o.case <- Some v; go rest
     | "--mutant" :: v :: rest -> o.mutant <- Some v; go rest
+    | "--plugin" :: v :: rest ->
+        (match Drivers.load_plugin v with
+        | Ok () -> o.plugins <- o.plugins @ [ v ]
+        | Error why ->
+            prerr_endline ("rig-conform: cannot load the driver plugin " ^ why);
+            exit 2);
+        go rest
     | arg :: _ -> usage_error "unexpected argument %S" arg
   in
   go args;
@@ -103,7 +112,7 @@ let parse_opts args ~allowed =
 let driver_of o =
   match Drivers.find o.driver with
   | Some d -> d
-  | None -> usage_error "no driver %S (bundled: %s)" o.driver (String.concat ", " Drivers.names)
+  | None -> usage_error "no driver %S (known: %s; a plugin's with --plugin PATH)" o.driver (String.concat ", " (Drivers.names ()))
 
 let all_cases = Probes.cases @ Queue_probes.cases @ Word_probes.cases @ Scenarios.cases
 
@@ -141,7 +150,7 @@ let run_jobs o ~what jobs =
 (* ---- certify ---- *)
 
 let certify args =
-  let o = parse_opts args ~allowed:[ "--driver"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--no-color" ] in
+  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--no-color" ] in
   ignore (driver_of o);
   let seeds = if o.seeds = [] then [ 1; 2; 3 ] else o.seeds in
   let report = Option.value o.report ~default:"out/certify/report.json" in
@@ -151,7 +160,7 @@ let certify args =
   in
   let cases = cases_for selected in
   let jobs =
-    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; mutant = None }) seeds) cases
+    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None }) seeds) cases
   in
   Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d\n%!" o.driver (List.length cases) (List.length seeds) o.jobs;
   let results = run_jobs o ~what:"certify" jobs in
@@ -172,7 +181,7 @@ let apply_mutant (drv : Drivers.t) = function
       else usage_error "no mutant %S of the reference rig or of this driver (see rig-conform list)" m
 
 let run args =
-  let o = parse_opts args ~allowed:[ "--driver"; "--case"; "--seed"; "--mutant" ] in
+  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--case"; "--seed"; "--mutant" ] in
   let drv = driver_of o in
   let name = match o.case with Some n -> n | None -> usage_error "run needs --case NAME" in
   let case =
@@ -183,7 +192,7 @@ let run args =
   let seed = match o.seeds with [ s ] -> s | _ -> usage_error "run needs --seed N" in
   drv.reset ();
   apply_mutant drv o.mutant;
-  let job = { Runner.case; seed; driver = o.driver; mutant = o.mutant } in
+  let job = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant } in
   exit (Runner.child drv job)
 
 (* The run subcommand as a person types it: the protocol lines, then a
@@ -204,13 +213,13 @@ let selftest args =
   let checked = List.sort_uniq compare (List.concat_map (fun (c : Case.t) -> c.clauses) all_cases) in
   let without_mutant = List.filter (fun id -> not (List.exists (fun (_, c, _, _) -> c = id) mutants)) checked in
   let conforming_jobs =
-    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; mutant = None }) seeds) all_cases
+    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None }) seeds) all_cases
   in
   let mutant_jobs =
     List.concat_map
       (fun (m, clause, _, _) ->
         let cases = List.filter (fun (c : Case.t) -> List.mem clause c.clauses) all_cases in
-        List.map (fun case -> { Runner.case; seed = 1; driver = o.driver; mutant = Some m }) cases)
+        List.map (fun case -> { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = Some m }) cases)
       mutants
   in
   let results = run_jobs o ~what:"selftest" (conforming_jobs @ mutant_jobs) in
@@ -262,7 +271,7 @@ let selftest args =
 (* ---- list ---- *)
 
 let list args =
-  let o = parse_opts args ~allowed:[ "--driver" ] in
+  let o = parse_opts args ~allowed:[ "--driver"; "--plugin" ] in
   let drv = driver_of o in
   print_endline "cases:";
   List.iter (fun (c : Case.t) -> Printf.printf "  %-32s %s\n" c.name (String.concat " " c.clauses)) all_cases;

@@ -2,7 +2,7 @@
    as lines "FINDING\tclause\tdetail", "NA\treason", "ERROR\ttext", then
    "DONE"; a child that dies before "DONE" crashed. *)
 
-type job = { case : Case.t; seed : int; driver : string; mutant : string option }
+type job = { case : Case.t; seed : int; driver : string; plugins : string list; mutant : string option }
 
 type outcome =
   | Findings of Case.finding list
@@ -13,7 +13,9 @@ type outcome =
 type result = { job : job; outcome : outcome; seconds : float }
 
 let run_args j =
-  [ "run"; "--driver"; j.driver; "--case"; j.case.name; "--seed"; string_of_int j.seed ]
+  [ "run" ]
+  @ List.concat_map (fun p -> [ "--plugin"; p ]) j.plugins
+  @ [ "--driver"; j.driver; "--case"; j.case.name; "--seed"; string_of_int j.seed ]
   @ match j.mutant with Some m -> [ "--mutant"; m ] | None -> []
 
 (* The program as the user would type it: relative to the current directory
@@ -25,7 +27,12 @@ let program () =
     "./" ^ String.sub exe (String.length cwd) (String.length exe - String.length cwd)
   else exe
 
-let replay j = String.concat " " (program () :: run_args j)
+(* Quoted for a POSIX shell only where it needs to be, so that lines read well. *)
+let shell_word w =
+  let plain = function 'a' .. 'z' | 'A' .. 'Z' | '0' .. '9' | '.' | '_' | '/' | ':' | '=' | '+' | '-' | ',' -> true | _ -> false in
+  if w <> "" && String.for_all plain w then w else Filename.quote w
+
+let replay j = String.concat " " (List.map shell_word (program () :: run_args j))
 let clean s = String.map (function '\n' | '\t' -> ' ' | c -> c) s
 
 let child (drv : Drivers.t) j =

@@ -7,6 +7,7 @@ type job = {
   case : Case.t;
   seed : int;
   driver : string;
+  plugins : string list;   (** driver plugins the child loads first *)
   mutant : string option;  (** of the driver or of the reference rig *)
 }
 
