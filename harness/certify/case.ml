@@ -13,3 +13,8 @@ let finding clause fmt = Printf.ksprintf (fun detail -> { clause; detail }) fmt
 
 let expect acc clause cond fmt =
   Printf.ksprintf (fun detail -> if not cond then acc := { clause; detail } :: !acc) fmt
+
+let injecting = ref false
+let calls = ref []
+let report_calls tally = calls := tally
+let reported_calls () = !calls

@@ -22,3 +22,20 @@ val finding : string -> ('a, unit, string, finding) format4 -> 'a
 (** [expect acc clause cond fmt]: when [cond] is false, adds the finding to
     [acc]. *)
 val expect : finding list ref -> string -> bool -> ('a, unit, string, unit) format4 -> 'a
+
+(** {1 Systematic fault injection}
+
+    A sweep first runs a case cleanly and learns how many calls of each
+    driver function it makes, then runs it once per call and failure kind
+    with just that call failed.  Under an injection a case's own
+    expectations no longer hold: only what the validation layer sees
+    counts, and the case cleans up whatever the failure left open. *)
+
+(** Set in the child before the case runs, when a failure is injected. *)
+val injecting : bool ref
+
+(** [report_calls tally]: a case tells how many calls of each driver
+    function it made (the child prints them for the sweep). *)
+val report_calls : (string * int) list -> unit
+
+val reported_calls : unit -> (string * int) list

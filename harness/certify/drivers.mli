@@ -7,6 +7,7 @@ type t = {
   reset : unit -> unit;                     (** back to the default configuration *)
   mutants : (string * string * string) list; (** name, clause, what it breaks *)
   set_mutant : string option -> unit;
+  inject : (Injection.t -> unit) option;  (** fault injection, where the driver has it *)
 }
 
 val names : unit -> string list

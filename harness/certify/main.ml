@@ -26,6 +26,10 @@ Usage:
       Proves the checks: each mutant of the fake driver and of the reference rig must be
       flagged with exactly its clause, and the conforming pair with nothing across N seeds
       (default 20).  Writes out/selftest/report.json.
+  rig-conform sweep [--only IDS] [-j N] [--shard I/N] [--report PATH]
+      Systematic fault injection: runs each rig-side scenario once per driver call and
+      failure kind the document allows there, failing just that call, and checks what
+      the validation layer sees.  Writes out/sweep/report.json.  Exit 1 on any failure.
   rig-conform list [--driver NAME]
       The cases, the clauses each checks, and the mutants.
   rig-conform bench [--report PATH]
@@ -40,6 +44,8 @@ Options:
   -j N              jobs run at once (default: the number of cores)
   --timeout S       seconds a case may take before it is killed (default 60)
   --report PATH     where the JSON report goes
+  --shard I/N       run only the I-th of N disjoint slices of the runs (CI matrices)
+  --inject F:N:K    (run) fail the N-th call of driver function F with K: fault, raise, fail
   --no-color        no colour (also when NO_COLOR is set or stdout is not a terminal)
 |}
 
@@ -53,6 +59,8 @@ type opts = {
   mutable case : string option;
   mutable mutant : string option;
   mutable plugins : string list;
+  mutable inject : Injection.t option;
+  mutable shard : (int * int) option;  (* i of n, from 1 *)
   mutable color : bool;
 }
 
@@ -72,7 +80,7 @@ let positive name s =
 let parse_opts args ~allowed =
   let o =
     { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = 60.; report = None; case = None;
-      mutant = None; plugins = []; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
+      mutant = None; plugins = []; inject = None; shard = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
   in
   let rec go = function
     | [] -> ()
@@ -97,6 +105,14 @@ let parse_opts args ~allowed =
     | "--report" :: v :: rest -> o.report <- Some v; go rest
     | "--case" :: v :: rest -> o.case <- Some v; go rest
     | "--mutant" :: v :: rest -> o.mutant <- Some v; go rest
+    | "--inject" :: v :: rest ->
+        (match Injection.of_string v with Ok i -> o.inject <- Some i | Error why -> usage_error "--inject %s" why);
+        go rest
+    | "--shard" :: v :: rest ->
+        (match String.split_on_char '/' v |> List.map int_of_string_opt with
+        | [ Some i; Some n ] when n >= 1 && i >= 1 && i <= n -> o.shard <- Some (i, n)
+        | _ -> usage_error "--shard wants I/N with 1 <= I <= N, not %S" v);
+        go rest
     | "--plugin" :: v :: rest ->
         (match Drivers.load_plugin v with
         | Ok () -> o.plugins <- o.plugins @ [ v ]
@@ -121,6 +137,13 @@ let cases_for (clauses : Catalog.clause list) =
   List.filter (fun (c : Case.t) -> List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) clauses) all_cases
 
 let interrupted = ref false
+
+(* Shard i of n takes every n-th job from the i-th: the shards' jobs are
+   disjoint and together all of them, whatever the machine. *)
+let in_shard o jobs =
+  match o.shard with
+  | None -> jobs
+  | Some (i, n) -> List.filteri (fun k _ -> k mod n = i - 1) jobs
 
 let progress_printer ~total ~what =
   let t0 = Unix.gettimeofday () in
@@ -150,7 +173,7 @@ let run_jobs o ~what jobs =
 (* ---- certify ---- *)
 
 let certify args =
-  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--no-color" ] in
+  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--shard"; "--no-color" ] in
   ignore (driver_of o);
   let seeds = if o.seeds = [] then [ 1; 2; 3 ] else o.seeds in
   let report = Option.value o.report ~default:"out/certify/report.json" in
@@ -160,9 +183,11 @@ let certify args =
   in
   let cases = cases_for selected in
   let jobs =
-    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None }) seeds) cases
+    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None; inject = None }) seeds) cases
   in
-  Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d\n%!" o.driver (List.length cases) (List.length seeds) o.jobs;
+  let jobs = in_shard o jobs in
+  Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d%s\n%!" o.driver (List.length cases) (List.length seeds) o.jobs
+    (match o.shard with Some (i, n) -> Printf.sprintf ", shard %d/%d (%d runs)" i n (List.length jobs) | None -> "");
   let results = run_jobs o ~what:"certify" jobs in
   let lines = Report.verdicts ~cases:all_cases ~selected results in
   Report.print_table ~color:o.color lines;
@@ -181,7 +206,7 @@ let apply_mutant (drv : Drivers.t) = function
       else usage_error "no mutant %S of the reference rig or of this driver (see rig-conform list)" m
 
 let run args =
-  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--case"; "--seed"; "--mutant" ] in
+  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--case"; "--seed"; "--mutant"; "--inject" ] in
   let drv = driver_of o in
   let name = match o.case with Some n -> n | None -> usage_error "run needs --case NAME" in
   let case =
@@ -192,7 +217,11 @@ let run args =
   let seed = match o.seeds with [ s ] -> s | _ -> usage_error "run needs --seed N" in
   drv.reset ();
   apply_mutant drv o.mutant;
-  let job = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant } in
+  (match (o.inject, drv.inject) with
+  | None, _ -> ()
+  | Some i, Some inject -> Case.injecting := true; inject i
+  | Some _, None -> usage_error "driver %S has no fault injection" o.driver);
+  let job = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject = o.inject } in
   exit (Runner.child drv job)
 
 (* The run subcommand as a person types it: the protocol lines, then a
@@ -213,13 +242,13 @@ let selftest args =
   let checked = List.sort_uniq compare (List.concat_map (fun (c : Case.t) -> c.clauses) all_cases) in
   let without_mutant = List.filter (fun id -> not (List.exists (fun (_, c, _, _) -> c = id) mutants)) checked in
   let conforming_jobs =
-    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None }) seeds) all_cases
+    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None; inject = None }) seeds) all_cases
   in
   let mutant_jobs =
     List.concat_map
       (fun (m, clause, _, _) ->
         let cases = List.filter (fun (c : Case.t) -> List.mem clause c.clauses) all_cases in
-        List.map (fun case -> { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = Some m }) cases)
+        List.map (fun case -> { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = Some m; inject = None }) cases)
       mutants
   in
   let results = run_jobs o ~what:"selftest" (conforming_jobs @ mutant_jobs) in
@@ -268,6 +297,65 @@ let selftest args =
   if !interrupted then exit 130;
   if not (ok_mutants && conforming_flagged = [] && without_mutant = []) then exit 1
 
+(* ---- sweep: systematic fault injection (fail-nth) ---- *)
+
+let sweep args =
+  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--only"; "-j"; "--timeout"; "--report"; "--shard"; "--no-color" ] in
+  let drv = driver_of o in
+  if drv.inject = None then usage_error "driver %S has no fault injection to sweep with" o.driver;
+  let report = Option.value o.report ~default:"out/sweep/report.json" in
+  let selected =
+    if o.only = [] then Catalog.all
+    else match Catalog.select o.only with Ok l -> l | Error p -> usage_error "--only: %S names no clause of the catalog" p
+  in
+  let cases =
+    List.filter
+      (fun (c : Case.t) -> List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) selected)
+      Scenarios.cases
+  in
+  let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject } in
+  Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);
+  let census = run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in
+  let points =
+    List.concat_map
+      (fun (r : Runner.result) ->
+        List.concat_map
+          (fun (fn, n) ->
+            List.concat_map
+              (fun kind -> List.init n (fun k -> job ~inject:{ Injection.fn; nth = k + 1; kind } r.job.case))
+              (Injection.kinds_for fn))
+          r.calls)
+      census
+  in
+  let points = in_shard o points in
+  Printf.printf "sweep: %d injection points%s\n%!" (List.length points)
+    (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
+  let results = census @ run_jobs o ~what:"sweep" points in
+  let lines = Report.verdicts ~cases ~selected results in
+  let failures =
+    List.filter
+      (fun (r : Runner.result) -> match r.outcome with Findings (_ :: _) | Crashed _ | Timed_out _ -> true | _ -> false)
+      results
+  in
+  List.iter
+    (fun (r : Runner.result) ->
+      let what =
+        match r.outcome with
+        | Findings fs -> String.concat "; " (List.map (fun (f : Case.finding) -> f.clause ^ ": " ^ f.detail) fs)
+        | Crashed how -> "crashed: " ^ how
+        | Timed_out s -> Printf.sprintf "killed after %.0f s" s
+        | Not_applicable _ -> ""
+      in
+      Printf.printf "FAIL %s\n     replay: %s\n" what (Runner.replay r.job))
+    failures;
+  Report.print_table ~color:o.color
+    (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
+  Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:!interrupted lines;
+  Printf.printf "%d runs (%d injection points), %d failing; report: %s\n" (List.length results) (List.length points)
+    (List.length failures) report;
+  if !interrupted then exit 130;
+  if failures <> [] then exit 1
+
 (* ---- list ---- *)
 
 let list args =
@@ -286,6 +374,7 @@ let () =
   | "certify" :: rest -> certify rest
   | "run" :: rest -> run rest
   | "selftest" :: rest -> selftest rest
+  | "sweep" :: rest -> sweep rest
   | "list" :: rest -> list rest
   | "bench" :: rest -> Bench.main rest
   | cmd :: _ -> usage_error "unknown subcommand %S" cmd

@@ -2,7 +2,14 @@
    as lines "FINDING\tclause\tdetail", "NA\treason", "ERROR\ttext", then
    "DONE"; a child that dies before "DONE" crashed. *)
 
-type job = { case : Case.t; seed : int; driver : string; plugins : string list; mutant : string option }
+type job = {
+  case : Case.t;
+  seed : int;
+  driver : string;
+  plugins : string list;
+  mutant : string option;
+  inject : Injection.t option;
+}
 
 type outcome =
   | Findings of Case.finding list
@@ -10,13 +17,14 @@ type outcome =
   | Crashed of string
   | Timed_out of float
 
-type result = { job : job; outcome : outcome; seconds : float }
+type result = { job : job; outcome : outcome; calls : (string * int) list; seconds : float }
 
 let run_args j =
   [ "run" ]
   @ List.concat_map (fun p -> [ "--plugin"; p ]) j.plugins
   @ [ "--driver"; j.driver; "--case"; j.case.name; "--seed"; string_of_int j.seed ]
-  @ match j.mutant with Some m -> [ "--mutant"; m ] | None -> []
+  @ (match j.mutant with Some m -> [ "--mutant"; m ] | None -> [])
+  @ match j.inject with Some i -> [ "--inject"; Injection.to_string i ] | None -> []
 
 (* The program as the user would type it: relative to the current directory
    when it lies below it. *)
@@ -46,6 +54,7 @@ let child (drv : Drivers.t) j =
       | Not_applicable why -> say "NA\t%s" (clean why); 0
     with e -> say "ERROR\t%s" (clean (Printexc.to_string e)); 1
   in
+  List.iter (fun (fn, n) -> say "CALLS\t%s\t%d" fn n) (Case.reported_calls ());
   say "DONE";
   code
 
@@ -96,7 +105,14 @@ let collect r status ~timed_out ~timeout =
   Sys.remove r.out;
   Sys.remove r.err;
   let outcome = if timed_out then Timed_out timeout else parse j ~status ~out ~err in
-  { job = j; outcome; seconds = Unix.gettimeofday () -. r.started }
+  let calls =
+    String.split_on_char '\n' out
+    |> List.filter_map (fun l ->
+           match String.split_on_char '\t' l with
+           | [ "CALLS"; fn; n ] -> Option.map (fun n -> (fn, n)) (int_of_string_opt n)
+           | _ -> None)
+  in
+  { job = j; outcome; calls; seconds = Unix.gettimeofday () -. r.started }
 
 let run_all ~parallel ~timeout ~progress ~stop jobs =
   let results = Array.make (List.length jobs) None in

@@ -9,6 +9,7 @@ type job = {
   driver : string;
   plugins : string list;   (** driver plugins the child loads first *)
   mutant : string option;  (** of the driver or of the reference rig *)
+  inject : Injection.t option;
 }
 
 type outcome =
@@ -17,7 +18,12 @@ type outcome =
   | Crashed of string              (** how it died, and the last lines it wrote *)
   | Timed_out of float             (** the limit, in seconds, and it was killed *)
 
-type result = { job : job; outcome : outcome; seconds : float }
+type result = {
+  job : job;
+  outcome : outcome;
+  calls : (string * int) list;  (** the calls per driver function the case reported *)
+  seconds : float;
+}
 
 (** The command line that replays the job. *)
 val replay : job -> string

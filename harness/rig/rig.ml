@@ -27,6 +27,8 @@ module Make (D : Rig_edge.Driver) = struct
     mutable fault : string option;  (* for stop: a Fault's text or the hang bound *)
     mutable stopped : bool;
     mutable released : bool;
+    mutable word_freed : bool;
+    mutable drained : bool;  (* stopped, and its word read the last value: its memory may go *)
     mutable next_value : int;
     mutable last_submitted : int;
     mutable observed : int;
@@ -148,16 +150,47 @@ module Make (D : Rig_edge.Driver) = struct
     && (b.maps = 0 || M.is "free-before-mapping")
     && (b.last_use <= b.dev.observed || M.is "free-under-work")
 
-  let give_back b =
+  (* The word goes last: once no buffer of the stopped device is left. *)
+  let free_word dev =
+    if not dev.word_freed then begin
+      dev.word_freed <- true;
+      Option.iter (fun w -> ignore (dropping_faults (fun () -> D.free dev.d w))) dev.facts.own_word;
+      if M.is "signaled-after-word-freed" then ignore (try D.signaled dev.d with _ -> 0)
+    end
+
+  (* A free is never asked again, also when it raised (GUAR-1).  A mapping
+     whose free raised may still map what it maps: that buffer then stays
+     for good (GUAR-2).  Giving back the last mapping over a buffer of a
+     drained device gives back that buffer too, which its device's release
+     had to leave. *)
+  let rec give_back b =
     let dev = b.dev in
     let call () = D.free dev.d b.b in
-    (if dev.stopped then ignore (dropping_faults call)
-     else try counted dev "free" call with Device_lost _ -> ());
-    with_rig (fun () ->
-        b.freed <- true;
-        dev.buffers <- List.filter (( != ) b) dev.buffers;
-        if M.is "double-free" then dev.given_back <- b :: dev.given_back;
-        match b.kind with Peer_of over -> over.maps <- over.maps - 1 | _ -> ())
+    let outcome =
+      if dev.stopped then (match dropping_faults call with Some () -> Ok () | None -> Error None)
+      else
+        match counted dev "free" call with
+        | () -> Ok ()
+        | exception Device_lost _ -> Error None
+        | exception e -> Error (Some e)
+    in
+    let freed_over =
+      with_rig (fun () ->
+          b.freed <- true;
+          dev.buffers <- List.filter (( != ) b) dev.buffers;
+          if M.is "double-free" then dev.given_back <- b :: dev.given_back;
+          match b.kind with
+          | Peer_of over when Result.is_ok outcome ->
+              over.maps <- over.maps - 1;
+              if over.maps = 0 && over.dev.drained && not over.freed then Some over else None
+          | _ -> None)
+    in
+    Option.iter
+      (fun over ->
+        give_back over;
+        if over.dev.buffers = [] then free_word over.dev)
+      freed_over;
+    match outcome with Error (Some e) -> raise e | _ -> ()
 
   (* Frees every buffer the program freed that no work and no mapping needs
      any more; mappings first, since they free what they map. *)
@@ -218,7 +251,7 @@ module Make (D : Rig_edge.Driver) = struct
   (* ---- devices ---- *)
 
   let new_device d name facts =
-    { d; name; facts; in_flight = 0; lost = None; fault = None; stopped = false; released = false;
+    { d; name; facts; in_flight = 0; lost = None; fault = None; stopped = false; released = false; word_freed = false; drained = false;
       next_value = 1; last_submitted = 0; observed = 0; last_move = now_ms (); buffers = [];
       images = []; kept = []; given_back = [] }
 
@@ -252,11 +285,14 @@ module Make (D : Rig_edge.Driver) = struct
       (* A word that never reads the last value keeps everything: freeing
          memory that work may still write is worse than leaking it. *)
       if reached then begin
+        dev.drained <- true;
         let everything = if M.is "double-free" then dev.buffers @ dev.given_back else dev.buffers in
         let mappings, others = List.partition (fun b -> match b.kind with Peer_of _ -> true | _ -> false) everything in
         let again = M.is "double-free" in
         List.iter (fun b -> if again || not b.freed then give_back b) mappings;
-        List.iter (fun b -> if again || not b.freed then give_back b) others;
+        (* A buffer another device still maps stays until that mapping goes. *)
+        let mapped b = b.maps > 0 && not (M.is "free-before-mapping") in
+        List.iter (fun b -> if (again || not b.freed) && not (mapped b) then give_back b) others;
         List.iter
           (fun im ->
             if (not im.unloaded) || M.is "unload-twice" then begin
@@ -264,8 +300,7 @@ module Make (D : Rig_edge.Driver) = struct
               ignore (dropping_faults (fun () -> D.unload im.i))
             end)
           dev.images;
-        Option.iter (fun w -> ignore (dropping_faults (fun () -> D.free dev.d w))) dev.facts.own_word;
-        if M.is "signaled-after-word-freed" then ignore (try D.signaled dev.d with _ -> 0)
+        if dev.buffers = [] then free_word dev
       end
     end
 

@@ -110,7 +110,7 @@ module Make (D : Rig_edge.Driver) = struct
 
   type thread_state = {
     mutable expect_fallback : (dev * int * event) option;    (* GUAR-6 *)
-    mutable entry_streak : (int * string * int * event) option;  (* image, f, asks, first *)
+    mutable entry_streak : (dev * int * string * int * event) option;  (* device, image, f, asks, first *)
     mutable last_room : (dev * Rig_edge.room) option;
     mutable grew : (dev * Rig_edge.grow_answer) option;      (* grow since the last room *)
     mutable room_sub : sub_state option;   (* the submission of the last room *)
@@ -139,12 +139,29 @@ module Make (D : Rig_edge.Driver) = struct
 
   let close_entry_streak ts =
     (match ts.entry_streak with
-    | Some (_, f, asks, first) when asks < 4 ->
+    | Some (dev, _, f, asks, first) when asks < 4 && dev.loss = None && not dev.stopped ->
         violate "CODE-4" [ first ]
           "entry %S answered No_memory %d time(s) and rig gave up without asking after each of the rounds (4 asks)"
           f asks
     | _ -> ());
     ts.entry_streak <- None
+
+  (* Rounds a thread was running on [dev] that never reached their end
+     (an entry's No_memory asks, a submission's Short growths) are judged
+     once nothing more can come: at the device's stop, or the run's end. *)
+  let settle dev =
+    Hashtbl.iter
+      (fun _ ts -> match ts.entry_streak with Some (d, _, _, _, _) when d == dev -> close_entry_streak ts | _ -> ())
+      threads;
+    List.iter
+      (fun st ->
+        match st.last_short with
+        | Some n when st.sdev == dev && st.grows < 4 && dev.loss = None && not dev.stopped ->
+            violate "QUEUE-6" [ st.first ] "a submission gave up after %d grow(s), the last Short %d (4 asks)"
+              st.grows n;
+            st.last_short <- None
+        | _ -> ())
+      !subs
 
   (* ---- the checks every call starts with ---- *)
 
@@ -187,6 +204,13 @@ module Make (D : Rig_edge.Driver) = struct
       | Error ex -> (Raise (short_exn ex), Some ex)
     in
     let fin = record dev.id fn counted phase in
+    (* A call that raised ends what the thread was retrying: the rounds of
+       an entry or a submission are over, whatever they had come to. *)
+    if exn <> None then begin
+      let ts = tstate () in
+      ts.entry_streak <- None;
+      Option.iter (fun st -> st.last_short <- None) ts.room_sub
+    end;
     (match exn with
     | Some (D.Fault why) when counted && not dev.stopped ->
         if dev.faulted = None then dev.faulted <- Some fin;
@@ -251,10 +275,22 @@ module Make (D : Rig_edge.Driver) = struct
 
   let set_hang_ms ms = locked (fun () -> hang_ms := ms)
 
-  let await_in_flight fn =
+  let await_in_flight ?(unless = fun () -> false) fn =
     locked (fun () ->
         let inside () = List.exists (fun dev -> List.exists (fun (_, f, _) -> f = fn) dev.in_flight) !devices in
-        while not (inside ()) do Condition.wait changed lock done)
+        while not (inside () || unless ()) do Condition.wait changed lock done)
+
+  let poke () = locked (fun () -> Condition.broadcast changed)
+
+  let calls () =
+    locked (fun () ->
+        let tally = Hashtbl.create 16 in
+        List.iter
+          (fun e ->
+            if e.phase = Start then
+              Hashtbl.replace tally e.fn (1 + Option.value ~default:0 (Hashtbl.find_opt tally e.fn)))
+          !trace;
+        Hashtbl.fold (fun fn n acc -> (fn, n) :: acc) tally [] |> List.sort compare)
 
   let make_region owner kind r =
     { rid = fresh (); r; owner; kind; freed = false; free_raised = false; mappings = 0 }
@@ -430,7 +466,7 @@ module Make (D : Rig_edge.Driver) = struct
       loaded_check "entry" im e;
       let ts = tstate () in
       match ts.entry_streak with
-      | Some (iid, f', _, _) when iid = im.iid && f' = f -> ()
+      | Some (_, iid, f', _, _) when iid = im.iid && f' = f -> ()
       | Some _ -> close_entry_streak ts
       | None -> ()
     in
@@ -444,12 +480,12 @@ module Make (D : Rig_edge.Driver) = struct
         | Rig_edge.No_memory _ ->
             let asks, first =
               match ts.entry_streak with
-              | Some (iid, f', k, first) when iid = im.iid && f' = f -> (k + 1, first)
+              | Some (_, iid, f', k, first) when iid = im.iid && f' = f -> (k + 1, first)
               | _ -> (1, List.hd !trace)
             in
             if asks > 4 then
               violate "CODE-4" [ first; List.hd !trace ] "entry %S asked %d times after No_memory (at most 4)" f asks;
-            ts.entry_streak <- Some (im.iid, f, asks, first)
+            ts.entry_streak <- Some (im.idev, im.iid, f, asks, first)
         | _ -> ts.entry_streak <- None);
     a
 
@@ -519,6 +555,7 @@ module Make (D : Rig_edge.Driver) = struct
 
   let stop dev ~fault =
     let pre e =
+      settle dev;
       if dev.stops > 0 then violate "CNT-1" [ e ] "stop called again on %s" dev.id;
       (match dev.in_flight with
       | [] -> ()
@@ -546,15 +583,7 @@ module Make (D : Rig_edge.Driver) = struct
 
   let finish () =
     locked (fun () ->
-        Hashtbl.iter (fun _ ts -> close_entry_streak ts) threads;
-        List.iter
-          (fun st ->
-            match st.last_short with
-            | Some n when st.grows < 4 ->
-                violate "QUEUE-6" [ st.first ] "a submission gave up after %d grow(s), the last Short %d (4 asks)"
-                  st.grows n
-            | _ -> ())
-          !subs;
+        List.iter settle !devices;
         Hashtbl.iter
           (fun _ ts ->
             match ts.expect_fallback with

@@ -47,9 +47,17 @@ module Make (D : Rig_edge.Driver) : sig
   (** [set_hang_ms ms]: the rig's hang bound, for GUAR-7 and STOP-1. *)
   val set_hang_ms : int -> unit
 
-  (** [await_in_flight fn] blocks until some thread is inside a call of
-      [fn] (a driver function name): lets a scenario act at that moment. *)
-  val await_in_flight : string -> unit
+  (** [await_in_flight ~unless fn] blocks until some thread is inside a
+      call of [fn] (a driver function name), or [unless ()] holds once
+      {!poke} or a call wakes it: lets a scenario act at that moment. *)
+  val await_in_flight : ?unless:(unit -> bool) -> string -> unit
+
+  (** [poke ()] wakes the threads in {!await_in_flight} to look again. *)
+  val poke : unit -> unit
+
+  (** The calls made so far, per function: what a systematic sweep fails
+      one by one. *)
+  val calls : unit -> (string * int) list
 
   (** [finish ()] closes the run's checks that need its end (CODE-4,
       QUEUE-6) and answers the violations, in order. *)

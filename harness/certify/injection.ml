@@ -1,0 +1,28 @@
+(* Injections; see injection.mli. *)
+
+type t = { fn : string; nth : int; kind : string }
+
+let kinds = [ "fault"; "raise"; "fail" ]
+
+(* The driver functions a failure can be injected into (those of the fake
+   driver's injection).  Any counted call may raise Fault; another exception
+   may escape any OCaml function (and must lose the device only from EXC-1's
+   list); the C functions fail by answering non-zero. *)
+let injectable =
+  [ "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "entry"; "prepare"; "grow"; "signaled"; "sleep";
+    "unload"; "reach" ]
+
+let kinds_for = function
+  | "submit" | "commit" -> [ "fail" ]
+  | fn when List.mem fn injectable -> [ "fault"; "raise" ]
+  | _ -> []
+
+let of_string s =
+  match String.split_on_char ':' s with
+  | [ fn; nth; kind ] -> (
+      match int_of_string_opt nth with
+      | Some nth when nth >= 1 && List.mem kind kinds -> Ok { fn; nth; kind }
+      | _ -> Error (Printf.sprintf "%S: want FN:NTH:KIND, NTH >= 1, KIND one of %s" s (String.concat ", " kinds)))
+  | _ -> Error (Printf.sprintf "%S: want FN:NTH:KIND" s)
+
+let to_string i = Printf.sprintf "%s:%d:%s" i.fn i.nth i.kind
