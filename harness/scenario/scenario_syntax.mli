@@ -1,0 +1,38 @@
+(** The scenario language's syntax (docs/scenario-language.md): a binding to
+    the C parser scn_parse.c, which checks each verb, the shape of its
+    arguments and the names (declared before use, of the right sort, never
+    twice).  What the statements do is the interpreter's business
+    (harness/certify/scenario_run.ml). *)
+
+(** One argument, as written.  [Str] holds the bytes after escapes (it may
+    contain NUL); [Int] is decimal or 0x hex; [Kv (key, value)] is a
+    configure word [KEY=VALUE], the value kept as written ("65536", "0x100",
+    "true"); [Sep] is the [;] between the parts of a submit. *)
+type arg = Word of string | Int of int | Str of string | Sep | Kv of string * string
+
+(** One statement.  [line] and [col] are those of the verb (1-based, [col]
+    counts bytes).  [args] is everything after the verb up to [=>] or the
+    end of the line; for [spawn] it is the thread's name, the spawned verb
+    (a [Word]) and that statement's arguments.  [expect] is the outcome
+    after [=>] ([None]: none written, which means ok). *)
+type stmt = { line : int; col : int; verb : string; args : arg list; expect : string option }
+
+(** A scenario: its name (from [scenario "..."]), its clause IDs (from
+    [clauses]), whether it says [needs fake], and its other statements in
+    file order. *)
+type t = { name : string; clauses : string list; needs_fake : bool; stmts : stmt list }
+
+(** [parse ~file text] parses [text]; [file] is only used in messages.  The
+    error is the C parser's ["FILE:LINE:COL: expected WHAT, found WHAT"]. *)
+val parse : file:string -> string -> (t, string) result
+
+(** [parse_file path] reads and parses [path].  A file that cannot be read
+    gives [Error "PATH: cannot read: REASON"]. *)
+val parse_file : string -> (t, string) result
+
+(** The argument as written in a scenario (strings re-escaped), for
+    messages and for printing a statement back. *)
+val string_of_arg : arg -> string
+
+(** The statement as one line of the language (without comments). *)
+val string_of_stmt : stmt -> string
