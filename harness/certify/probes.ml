@@ -57,28 +57,10 @@ let watch ~ms f =
 
 (* -------------------------------------------------------- host pages *)
 
-type host = (char, Bigarray.int8_unsigned_elt, Bigarray.c_layout) Bigarray.Array1.t
+type host = Host_pages.t
 
 (* Host memory that a driver may still reach is kept alive for good. *)
 let leaked_hosts : host list ref = ref []
-
-(* [find_mapping path] is the start address of the mapping of file [path]
-   in /proc/self/maps. *)
-let find_mapping path =
-  let ic = open_in "/proc/self/maps" in
-  let rec scan () =
-    match input_line ic with
-    | exception End_of_file -> None
-    | line -> (
-        let fields = List.filter (( <> ) "") (String.split_on_char ' ' line) in
-        match fields with
-        | range :: _ :: _ :: _ :: _ :: rest when String.concat " " rest = path -> (
-            match String.index_opt range '-' with
-            | Some i -> Some (Nativeint.of_string ("0x" ^ String.sub range 0 i))
-            | None -> scan ())
-        | _ -> scan ())
-  in
-  Fun.protect ~finally:(fun () -> close_in_noerr ic) scan
 
 (* ----------------------------------------------------------------- Kit *)
 
@@ -111,7 +93,6 @@ module Kit (P : Package) = struct
     mutable devs : dev list;  (* newest first *)
     mutable undo : res list;  (* newest first: released in that order *)
     mutable hosts : host list;
-    mutable files : string list;
     mutable next_id : int;
   }
 
@@ -222,23 +203,12 @@ module Kit (P : Package) = struct
 
   let reachable (r : reg) = (place r).reach <> None
 
-  (* [host_pages s size] is page-aligned host memory of [size] bytes (a
-     shared mapping of a temporary file) and its address. *)
+  (* [host_pages s size] is page-aligned host memory of [size] bytes and
+     its address, kept with the case's state. *)
   let host_pages s size =
-    let path = Filename.temp_file "rig-probe-" ".pages" in
-    s.files <- path :: s.files;
-    let fd = Unix.openfile path [ Unix.O_RDWR ] 0o600 in
-    let ga =
-      Fun.protect ~finally:(fun () -> Unix.close fd) (fun () ->
-          Unix.ftruncate fd size;
-          Unix.map_file fd Bigarray.char Bigarray.c_layout true [| size |])
-    in
-    let ba = Bigarray.array1_of_genarray ga in
-    s.hosts <- ba :: s.hosts;
-    let real = try Unix.realpath path with _ -> path in
-    match find_mapping real with
-    | Some addr -> (addr, ba)
-    | None -> raise (Skip "cannot find the address of mapped host pages in /proc/self/maps")
+    match Host_pages.alloc size with
+    | addr, ba -> s.hosts <- ba :: s.hosts; (addr, ba)
+    | exception Failure why -> raise (Skip why)
 
   (* --- submissions and waits *)
 
@@ -396,7 +366,6 @@ module Kit (P : Package) = struct
       | _ -> false
     in
     if not everything_freed then leaked_hosts := s.hosts @ !leaked_hosts;
-    List.iter (fun p -> try Sys.remove p with _ -> ()) s.files;
     ignore (Sys.opaque_identity s.hosts);
     List.iter (fun dev -> ignore (Sys.opaque_identity dev.keep)) s.devs
 
@@ -404,7 +373,7 @@ module Kit (P : Package) = struct
   let run ~clause ~seed body =
     let s =
       { clause; acc = ref []; rng = Random.State.make [| seed |]; devs = []; undo = []; hosts = [];
-        files = []; next_id = 0 }
+        next_id = 0 }
     in
     let outcome =
       match body s with
