@@ -130,7 +130,15 @@ let driver_of o =
   | Some d -> d
   | None -> usage_error "no driver %S (known: %s; a plugin's with --plugin PATH)" o.driver (String.concat ", " (Drivers.names ()))
 
-let all_cases = Probes.cases @ Queue_probes.cases @ Word_probes.cases @ Scenarios.cases
+(* Scenario files are read at start: a malformed one is a usage error. *)
+let scenario_files =
+  match Scenario_run.load (Scenario_run.directory ()) with
+  | Ok cases -> cases
+  | Error why -> usage_error "scenario %s" why
+
+(* The rig-side cases: what a sweep injects failures into. *)
+let rig_cases = Scenarios.cases @ scenario_files
+let all_cases = Probes.cases @ Queue_probes.cases @ Word_probes.cases @ rig_cases
 
 (* Cases that check at least one of the clauses. *)
 let cases_for (clauses : Catalog.clause list) =
@@ -311,7 +319,7 @@ let sweep args =
   let cases =
     List.filter
       (fun (c : Case.t) -> List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) selected)
-      Scenarios.cases
+      rig_cases
   in
   let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject } in
   Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);

@@ -1,0 +1,224 @@
+(* The scenario interpreter; see scenario_run.mli. *)
+
+open Case
+module S = Scenario_syntax
+
+let directory () = Option.value (Sys.getenv_opt "RIG_CONFORM_SCENARIOS") ~default:"scenarios"
+
+(* The interpreter cannot go on: a name whose statement failed, say. *)
+exception Broken of string
+
+let broken fmt = Printf.ksprintf (fun s -> raise (Broken s)) fmt
+
+module Interp (P : Rig_edge.Package) = struct
+  module E = Scenarios.Env (P)
+  module R = E.R
+
+  type value =
+    | Dev of R.device
+    | Buf of R.buffer
+    | Img of R.image * string option  (* its scratch function, for role scratch *)
+    | Ent of int64 option
+    | Sub of int
+    | Thread of Thread.t * string Atomic.t * bool Atomic.t  (* outcome, ended *)
+
+  let names : (string, value) Hashtbl.t = Hashtbl.create 16
+  let host_pages = ref []  (* kept alive: a driver may map them until the end *)
+  let bind name v = Hashtbl.replace names name v
+
+  let lookup name =
+    match Hashtbl.find_opt names name with
+    | Some v -> v
+    | None -> broken "%s is not there: the statement that makes it did not succeed" name
+
+  let dev n = match lookup n with Dev d -> d | _ -> broken "%s is not a device" n
+  let buf n = match lookup n with Buf b -> b | _ -> broken "%s is not a buffer" n
+  let img n = match lookup n with Img (i, f) -> (i, f) | _ -> broken "%s is not an image" n
+  let kit = P.kit
+  let need what = function Some x -> x | None -> raise (Scenarios.Needs what)
+
+  let word = function S.Word w -> w | a -> broken "expected a name, found %s" (S.string_of_arg a)
+  let int = function S.Int n -> n | a -> broken "expected an integer, found %s" (S.string_of_arg a)
+
+  let memory = function
+    | "device" -> Rig_edge.Device
+    | "mapped" -> Mapped
+    | "pinned" -> Pinned
+    | k -> broken "no memory kind %s" k
+
+  let function_of role scratch =
+    match role with
+    | "spin" -> need "kit.spin" kit.spin
+    | "fault" -> need "kit.fault" kit.fault
+    | "hang" -> need "kit.hang" kit.hang
+    | "scratch" -> ( match scratch with Some f -> f | None -> broken "entry scratch of an image not loaded as scratch N")
+    | "absent" -> "rig-conform: a function no image has"
+    | role -> raise (Scenarios.Needs ("a kit function for role " ^ role))
+
+  let configure kvs =
+    let get key = List.assoc_opt key kvs in
+    let num key = Option.map int_of_string (get key) in
+    let flag key = Option.map (fun v -> v = "true") (get key) in
+    Fake.configure ?device_bytes:(num "device_bytes") ?mapped_bytes:(num "mapped_bytes")
+      ?pinned_bytes:(num "pinned_bytes") ?queue_slots:(num "queue_slots") ?may_block:(flag "may_block")
+      ?host_addresses:(flag "host_addresses") ?maps_host:(flag "maps_host") ()
+
+  let inject = function
+    | [ S.Word fn; S.Int nth; S.Word "fault"; S.Str why ] -> Fake.inject ~fn ~nth (`Fault why)
+    | [ S.Word fn; S.Int nth; S.Word "raise"; S.Str text ] -> Fake.inject ~fn ~nth (`Raise (Failure text))
+    | [ S.Word fn; S.Int nth; S.Word "fail" ] -> Fake.inject ~fn ~nth `Fail
+    | _ -> broken "malformed inject"
+
+  (* The parts of a submit, split at its separators. *)
+  let parts args =
+    let rec split cur acc = function
+      | [] -> List.rev (List.rev cur :: acc)
+      | S.Sep :: rest -> split [] (List.rev cur :: acc) rest
+      | a :: rest -> split (a :: cur) acc rest
+    in
+    split [] [] args
+    |> List.map (function
+         | [ S.Word "fill"; S.Word b; off; len; byte ] -> R.Fill (buf b, int off, int len, int byte)
+         | [ S.Word "copy"; S.Word s; soff; S.Word d; doff; len ] -> R.Copy (buf s, int soff, buf d, int doff, int len)
+         | S.Word "launch" :: S.Word e :: args ->
+             let h = match lookup e with Ent (Some h) -> h | _ -> broken "%s is not an entry that exists" e in
+             R.Launch (h, List.map (function S.Int n -> R.Int n | a -> R.Buf (buf (word a))) args)
+         | _ -> broken "malformed part")
+
+  let threads () = Hashtbl.fold (fun _ v acc -> match v with Thread (t, o, e) -> (t, o, e) :: acc | _ -> acc) names []
+
+  (* Runs one statement; its outcome is what it raised, or ok. *)
+  let rec exec verb args =
+    let ok () = "ok" in
+    match (verb, args) with
+    | "configure", kvs -> configure (List.map (function S.Kv (k, v) -> (k, v) | _ -> broken "configure") kvs); ok ()
+    | "inject", args -> inject args; ok ()
+    | "open", [ S.Word n; S.Int i ] ->
+        (try bind n (Dev (E.open_ i)) with Exit -> raise (Scenarios.Needs (Printf.sprintf "%d devices" (i + 1))));
+        ok ()
+    | "close", [ S.Word d ] -> E.close (dev d); ok ()
+    | "alloc", [ S.Word n; S.Word d; S.Word k; S.Int size ] -> bind n (Buf (R.alloc (dev d) (memory k) size)); ok ()
+    | "free", [ S.Word b ] -> R.free (buf b); ok ()
+    | "map_peer", [ S.Word n; S.Word d; S.Word b ] -> bind n (Buf (R.map_peer (dev d) (buf b))); ok ()
+    | "map_host", [ S.Word n; S.Word d; S.Int size ] ->
+        let pages = (size + 4095) / 4096 * 4096 in
+        let addr, mem = Host_pages.alloc pages in
+        host_pages := mem :: !host_pages;
+        bind n (Buf (R.map_host (dev d) addr size));
+        ok ()
+    | "dma", [ S.Word b; S.Str fn ] -> ( match R.dma (buf b) ~fn with Ok _ -> ok () | Error _ -> "error")
+    | "write", [ S.Word b; S.Int off; S.Str s ] -> R.write (buf b) off s; ok ()
+    | "read", [ S.Word b; S.Int off; S.Str s ] -> if R.read (buf b) off (String.length s) = s then ok () else "error"
+    | "load", S.Word n :: S.Word d :: what -> (
+        let bin, scratch =
+          match what with
+          | [ S.Word "kit" ] -> (kit.binary, None)
+          | [ S.Word "refused" ] -> (need "kit.refused_binary" kit.refused_binary, None)
+          | [ S.Word "scratch"; S.Int size ] ->
+              let bin, f = (need "kit.scratch" kit.scratch) size in
+              (bin, Some f)
+          | _ -> broken "malformed load"
+        in
+        match R.load (dev d) bin with Ok i -> bind n (Img (i, scratch)); ok () | Error _ -> "error")
+    | "unload", [ S.Word i ] -> R.unload (fst (img i)); ok ()
+    | "entry", [ S.Word n; S.Word i; S.Word role ] ->
+        let im, scratch = img i in
+        let h = R.entry im (function_of role scratch) in
+        bind n (Ent h);
+        if h = None then "absent" else ok ()
+    | "prepare", [ S.Word i; S.Word role ] ->
+        let im, scratch = img i in
+        R.prepare im (function_of role scratch);
+        ok ()
+    | "submit", S.Word n :: S.Word d :: rest -> bind n (Sub (R.submit (dev d) (parts rest))); ok ()
+    | "wait", [ S.Word d; S.Word s ] ->
+        (match lookup s with Sub v -> R.wait (dev d) v | _ -> broken "%s is not a submission" s);
+        ok ()
+    | "spawn", S.Word n :: S.Word verb :: args ->
+        let outcome = Atomic.make "running" and ended = Atomic.make false in
+        let t =
+          Thread.create
+            (fun () ->
+              Atomic.set outcome (attempt verb args);
+              Atomic.set ended true;
+              E.V.poke ())
+            ()
+        in
+        bind n (Thread (t, outcome, ended));
+        ok ()
+    | "await_call", [ S.Word fn ] ->
+        E.V.await_in_flight ~unless:(fun () -> List.for_all (fun (_, _, e) -> Atomic.get e) (threads ())) fn;
+        ok ()
+    | "join", [ S.Word n ] -> (
+        match lookup n with Thread (t, outcome, _) -> Thread.join t; Atomic.get outcome | _ -> broken "%s is not a thread" n)
+    | verb, _ -> broken "the interpreter does not know %s with these arguments" verb
+
+  (* A statement's outcome: what its exception means, in the words of "=>". *)
+  and attempt verb args =
+    match exec verb args with
+    | outcome -> outcome
+    | exception (Scenarios.Needs _ as e) -> raise e
+    | exception (Broken _ as e) -> raise e
+    | exception (Validate.Abandoned _ as e) -> raise e
+    | exception Rig.Device_lost _ -> "lost"
+    | exception Rig.Out_of_memory _ -> "out_of_memory"
+    | exception Invalid_argument _ -> "invalid_argument"
+    | exception _ -> "error"
+
+  let run ~file (t : S.t) acc =
+    let clause = List.hd t.clauses in
+    let finish () =
+      E.close_all ();
+      List.iter (fun (th, _, _) -> Thread.join th) (threads ())
+    in
+    Fun.protect ~finally:finish (fun () ->
+        List.iter
+          (fun (st : S.stmt) ->
+            let expected = Option.value st.expect ~default:"ok" in
+            match attempt st.verb st.args with
+            | outcome when outcome <> expected ->
+                acc :=
+                  finding clause "%s:%d: %s ended %s, not %s" file st.line (S.string_of_stmt st) outcome expected
+                  :: !acc
+            | _ -> ()
+            | exception Broken why -> broken "%s:%d: %s" file st.line why)
+          t.stmts)
+end
+
+let case ~file (t : S.t) =
+  let name = "scn." ^ Filename.remove_extension (Filename.basename file) in
+  let run (module P : Rig_edge.Package) ~seed:_ =
+    if t.needs_fake && P.name <> Fake.name then Not_applicable "needs the fake driver's knobs"
+    else
+      let module I = Interp (P) in
+      let acc = ref [] in
+      let seen () =
+        Case.report_calls (I.E.V.calls ());
+        let violations = List.map Scenarios.of_violation (I.E.V.finish ()) in
+        if !Case.injecting then violations else List.rev !acc @ violations
+      in
+      match I.run ~file t acc with
+      | () | (exception Validate.Abandoned _) -> Ran (seen ())
+      | exception Scenarios.Needs what -> Not_applicable ("needs " ^ what)
+      | exception Broken why -> Ran (seen () @ [ finding (List.hd t.clauses) "the scenario could not go on: %s" why ])
+      | exception _ when !Case.injecting -> Ran (seen ())
+      | exception e -> Ran (seen () @ [ finding (List.hd t.clauses) "%s raised %s" file (Printexc.to_string e) ])
+  in
+  { name; clauses = t.clauses; run }
+
+let load dir =
+  match Sys.readdir dir with
+  | exception Sys_error _ -> Ok []
+  | entries ->
+      let files = Array.to_list entries |> List.filter (fun f -> Filename.check_suffix f ".scn") |> List.sort compare in
+      List.fold_left
+        (fun acc f ->
+          Result.bind acc (fun cases ->
+              let file = Filename.concat dir f in
+              match S.parse_file file with
+              | Error why -> Error why
+              | Ok t -> (
+                  match List.find_opt (fun id -> Catalog.find id = None) t.clauses with
+                  | Some id -> Error (Printf.sprintf "%s: clause %s is not in spec/clauses.tsv" file id)
+                  | None -> Ok (cases @ [ case ~file t ]))))
+        (Ok []) files

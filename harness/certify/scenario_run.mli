@@ -1,0 +1,14 @@
+(** The interpreter of scenario files (docs/scenario-language.md): each
+    scenarios/*.scn becomes a rig-side case named "scn.<file name>", run by
+    the reference rig over the validated driver, like the built-in flows of
+    {!Scenarios}.  A statement whose outcome differs from its [=>] is a
+    finding against the scenario's first clause, naming the file and line;
+    what the validation layer sees is reported under its own clauses. *)
+
+(** The directory scenarios are read from: $RIG_CONFORM_SCENARIOS, or
+    "scenarios" under the current directory. *)
+val directory : unit -> string
+
+(** [load dir] parses every *.scn of [dir], in name order: the cases, or
+    the first file's error ("FILE:LINE:COL: ..."). *)
+val load : string -> (Case.t list, string) result

@@ -1,0 +1,33 @@
+(** Rig-side scenarios written in OCaml: the reference rig, wrapped around
+    the driver by the validation layer, driven through the flows in which
+    each rig clause can be observed.  Each flow names its clauses; the
+    validation layer's violations and the flow's own checks are its
+    findings.  Scenario files (Scenario_run) use the same environment. *)
+
+(** The scenarios' hang bound, in milliseconds, for the rig and the
+    validation layer alike. *)
+val hang_ms : int
+
+(** What a flow needs to run: the reference rig over the validated driver,
+    and the openers. *)
+module Env (P : Rig_edge.Package) : sig
+  module V : module type of Validate.Make (P.D)
+  module R : module type of Rig.Make (V)
+
+  (** [open_ i] opens the device of the driver's i-th opener, as the
+      program's Open; raises Exit when the driver has no i-th opener. *)
+  val open_ : int -> R.device
+
+  val close : R.device -> unit
+
+  (** Closes every device opened, ignoring what that raises. *)
+  val close_all : unit -> unit
+end
+
+(** Raised by a flow that needs a kit item or a device the driver lacks. *)
+exception Needs of string
+
+(** A violation of the validation layer as a finding, with its events. *)
+val of_violation : Validate.violation -> Case.finding
+
+val cases : Case.t list
