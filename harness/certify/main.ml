@@ -199,7 +199,7 @@ let certify args =
   let results = run_jobs o ~what:"certify" jobs in
   let lines = Report.verdicts ~cases:all_cases ~selected results in
   Report.print_table ~color:o.color lines;
-  Report.write_json report ~driver:o.driver ~seeds ~interrupted:!interrupted lines;
+  Report.write_json report ~driver:o.driver ~seeds ~interrupted:!interrupted ~runs:results lines;
   Printf.printf "report: %s\n" report;
   if !interrupted then (prerr_endline "rig-conform: interrupted; the report holds what was done"; exit 130);
   if List.exists (fun (l : Report.line) -> l.verdict = Fail) lines then exit 1
@@ -358,7 +358,7 @@ let sweep args =
     failures;
   Report.print_table ~color:o.color
     (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
-  Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:!interrupted lines;
+  Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:!interrupted ~runs:results lines;
   Printf.printf "%d runs (%d injection points), %d failing; report: %s\n" (List.length results) (List.length points)
     (List.length failures) report;
   if !interrupted then exit 130;

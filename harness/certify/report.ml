@@ -91,7 +91,23 @@ let rec mkdir_p dir =
     try Sys.mkdir dir 0o755 with Sys_error _ when Sys.file_exists dir -> ()
   end
 
-let write_json path ~driver ~seeds ~interrupted lines =
+let run_json (r : Runner.result) =
+  let outcome, flagged =
+    match r.outcome with
+    | Findings [] -> ("pass", [])
+    | Findings fs -> ("fail", List.sort_uniq compare (List.map (fun (f : Case.finding) -> f.clause) fs))
+    | Not_applicable _ -> ("n/a", [])
+    | Crashed _ -> ("crash", r.job.case.clauses)
+    | Timed_out _ -> ("timeout", r.job.case.clauses)
+  in
+  let opt = function Some s -> json_string s | None -> "null" in
+  Printf.sprintf "    {\"case\": %s, \"seed\": %d, \"mutant\": %s, \"inject\": %s, \"outcome\": %s, \"flagged\": [%s]}"
+    (json_string r.job.case.name) r.job.seed (opt r.job.mutant)
+    (opt (Option.map Injection.to_string r.job.inject))
+    (json_string outcome)
+    (String.concat ", " (List.map json_string flagged))
+
+let write_json path ~driver ~seeds ~interrupted ~runs lines =
   mkdir_p (Filename.dirname path);
   let clause l =
     Printf.sprintf "    {\"id\": %s, \"side\": %s, \"verdict\": %s, \"evidence\": %s%s}" (json_string l.clause.id)
@@ -103,9 +119,10 @@ let write_json path ~driver ~seeds ~interrupted lines =
   let tmp = path ^ ".tmp" in
   Out_channel.with_open_bin tmp (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"clauses\": [\n%s\n  ]\n}\n"
+        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"clauses\": [\n%s\n  ],\n  \"runs\": [\n%s\n  ]\n}\n"
         (json_string driver)
         (String.concat ", " (List.map string_of_int seeds))
         interrupted
-        (String.concat ",\n" (List.map clause lines)));
+        (String.concat ",\n" (List.map clause lines))
+        (String.concat ",\n" (List.map run_json runs)));
   Sys.rename tmp path

@@ -23,8 +23,10 @@ val flagged : Runner.result list -> string list
 
 val print_table : color:bool -> line list -> unit
 
-(** [write_json path ~driver ~seeds ~interrupted lines] *)
-val write_json : string -> driver:string -> seeds:int list -> interrupted:bool -> line list -> unit
+(** [write_json path ~driver ~seeds ~interrupted ~runs lines]: the verdicts,
+    and every run with its outcome (so that shards' reports can be joined). *)
+val write_json :
+  string -> driver:string -> seeds:int list -> interrupted:bool -> runs:Runner.result list -> line list -> unit
 
 (** JSON string literal of a string. *)
 val json_string : string -> string
