@@ -1,0 +1,119 @@
+"""The runner: shards, -j, time limits, Ctrl-C, malformed scenarios, sweeps.
+
+Certify and sweep spread runs over processes and machines; these tests check
+that how they are spread changes nothing, that a case over its time limit is
+a verdict (with a replay line) and not the runner's hang, that an interrupted
+run still writes its report, and that bad scenario files are refused.
+"""
+
+import json
+import os
+import signal
+import subprocess
+
+from conftest import CERTIFY_TIMEOUT, ROOT, ensure_rig, rig
+
+
+def certify(tmp_path, name, *args, env=None):
+    report = tmp_path / f"{name}.json"
+    proc = subprocess.run(
+        [ensure_rig(), "certify", "--no-color", "--report", str(report), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT, env=env,
+    )
+    data = json.loads(report.read_text()) if report.exists() else None
+    return proc, data
+
+
+def runs_of(data):
+    return {(r["case"], r["seed"], r["inject"]): (r["outcome"], tuple(r["flagged"])) for r in data["runs"]}
+
+
+def verdicts_of(data):
+    return {c["id"]: c["verdict"] for c in data["clauses"]}
+
+
+def test_shards_together_are_the_whole_run(tmp_path):
+    only = ["--only", "STOP-*,CNT-1,MEM-5", "--seeds", "2", "-j", "2"]
+    _, whole = certify(tmp_path, "whole", *only)
+    parts = [certify(tmp_path, f"shard{i}", *only, "--shard", f"{i}/3")[1] for i in (1, 2, 3)]
+    keys = [set(runs_of(p)) for p in parts]
+    assert keys[0].isdisjoint(keys[1]) and keys[0].isdisjoint(keys[2]) and keys[1].isdisjoint(keys[2])
+    joined = {}
+    for p in parts:
+        joined.update(runs_of(p))
+    assert joined == runs_of(whole)
+
+
+def test_results_do_not_depend_on_j(tmp_path):
+    only = ["--only", "CODE-*,QUEUE-*", "--seeds", "2"]
+    one_proc, one = certify(tmp_path, "j1", *only, "-j", "1")
+    two_proc, two = certify(tmp_path, "j2", *only, "-j", "2")
+    assert one_proc.returncode == two_proc.returncode == 0
+    assert verdicts_of(one) == verdicts_of(two)
+    assert runs_of(one) == runs_of(two)
+
+
+def test_a_case_over_its_time_limit_fails_with_a_replay_line(tmp_path):
+    # rig.hang-bound waits out the scenarios' hang bound (1 s): 0.2 s is too short.
+    proc, data = certify(tmp_path, "timeout", "--only", "GUAR-7", "--seeds", "1", "--timeout", "0.2")
+    assert proc.returncode == 1
+    guar7 = next(c for c in data["clauses"] if c["id"] == "GUAR-7")
+    assert guar7["verdict"] == "fail"
+    assert "killed" in guar7["evidence"]
+    assert "--case" in guar7["repro"] and "--seed" in guar7["repro"]
+
+
+def test_ctrl_c_writes_the_report_of_what_was_done(tmp_path):
+    report = tmp_path / "interrupted.json"
+    proc = subprocess.Popen(
+        [ensure_rig(), "certify", "--no-color", "--seeds", "20", "-j", "2", "--report", str(report)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = proc.stdout.readline()  # "certifying driver ...": the runs have started
+        assert first.startswith("certifying driver")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=CERTIFY_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    data = json.loads(report.read_text())
+    assert data["interrupted"] is True
+    assert len(data["clauses"]) == len(verdicts_of(data))
+    assert all(c["verdict"] != "pass" or c["evidence"] for c in data["clauses"])
+
+
+def test_a_malformed_scenario_is_refused_with_its_position(tmp_path):
+    (tmp_path / "bad.scn").write_text('scenario "bad"\nclauses CNT-1\nopen d0\n')
+    env = dict(os.environ, RIG_CONFORM_SCENARIOS=str(tmp_path))
+    proc = subprocess.run([ensure_rig(), "list"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2
+    assert f"{tmp_path}/bad.scn:3:" in proc.stderr
+
+
+def test_a_scenario_naming_an_unknown_clause_is_refused(tmp_path):
+    (tmp_path / "unknown.scn").write_text('scenario "x"\nclauses NOPE-9\nopen d0 0\nclose d0\n')
+    env = dict(os.environ, RIG_CONFORM_SCENARIOS=str(tmp_path))
+    proc = subprocess.run([ensure_rig(), "list"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2
+    assert "NOPE-9" in proc.stderr
+
+
+def test_a_sweep_shard_passes_and_reports(tmp_path):
+    report = tmp_path / "sweep.json"
+    proc = rig("sweep", "--only", "EXC-1", "--shard", "1/4", "-j", "2", "--no-color", "--report", str(report),
+               timeout=CERTIFY_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    data = json.loads(report.read_text())
+    assert any(r["inject"] for r in data["runs"])
+    assert all(r["outcome"] in ("pass", "n/a") for r in data["runs"])
+
+
+def test_an_injection_replays_the_same_findings():
+    # A rig mutant under an injected failure: the same line twice, the same result.
+    args = ["run", "--case", "rig.free-once", "--seed", "1", "--mutant", "double-free", "--inject", "unload:1:raise"]
+    first, second = rig(*args), rig(*args)
+    assert first.returncode == second.returncode
+    findings = lambda p: sorted(l for l in p.stdout.splitlines() if l.startswith("FINDING"))
+    assert findings(first) == findings(second) and findings(first)
