@@ -17,7 +17,7 @@ from conftest import CERTIFY_TIMEOUT, ROOT, ensure_rig, rig
 def certify(tmp_path, name, *args, env=None):
     report = tmp_path / f"{name}.json"
     proc = subprocess.run(
-        [ensure_rig(), "certify", "--no-color", "--report", str(report), *args],
+        [ensure_rig(), "certify", "--no-color", "--no-sweep", "--report", str(report), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT, env=env,
     )
     data = json.loads(report.read_text()) if report.exists() else None
@@ -66,7 +66,7 @@ def test_a_case_over_its_time_limit_fails_with_a_replay_line(tmp_path):
 def test_ctrl_c_writes_the_report_of_what_was_done(tmp_path):
     report = tmp_path / "interrupted.json"
     proc = subprocess.Popen(
-        [ensure_rig(), "certify", "--no-color", "--seeds", "20", "-j", "2", "--report", str(report)],
+        [ensure_rig(), "certify", "--no-color", "--no-sweep", "--seeds", "20", "-j", "2", "--report", str(report)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -117,3 +117,18 @@ def test_an_injection_replays_the_same_findings():
     assert first.returncode == second.returncode
     findings = lambda p: sorted(l for l in p.stdout.splitlines() if l.startswith("FINDING"))
     assert findings(first) == findings(second) and findings(first)
+
+
+def test_certify_with_its_sweep_shards_join_too(tmp_path):
+    only = ["--only", "EXC-1,MEM-6", "--seeds", "1", "-j", "2"]
+    def run(name, *extra):
+        report = tmp_path / f"{name}.json"
+        proc = subprocess.run([ensure_rig(), "certify", "--no-color", "--report", str(report), *only, *extra],
+                              cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT)
+        assert proc.returncode == 0, proc.stdout[-2000:]
+        return runs_of(json.loads(report.read_text()))
+    whole = run("whole")
+    assert any(key[2] for key in whole), "certify ran no injected run"
+    parts = [run(f"s{i}", "--shard", f"{i}/2") for i in (1, 2)]
+    assert set(parts[0]).isdisjoint(parts[1])
+    assert {**parts[0], **parts[1]} == whole

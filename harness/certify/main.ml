@@ -18,7 +18,9 @@ Usage:
   rig-conform certify [--driver NAME] [--only IDS] [--seeds N] [-j N] [--timeout SECONDS] [--report PATH]
       Certifies a driver: one verdict per clause of spec/clauses.tsv (pass, fail, n/a,
       unchecked), printed and written to PATH (default out/certify/report.json).
-      Exit 0 when no clause fails, 1 when one does, 2 on a usage error.
+      Exit 0 when no clause fails, 1 when one does, 2 on a usage error.  Where the
+      driver has fault injection (the fake), it also runs the systematic sweep
+      (see sweep) and counts its runs in the verdicts; --no-sweep skips it.
   rig-conform run --case NAME --seed N [--driver NAME] [--mutant NAME]
       Runs one case once, in this process, and prints its findings: the replay line
       that certify prints beside each failure.  Exit 1 when it finds a violation.
@@ -46,6 +48,7 @@ Options:
   --report PATH     where the JSON report goes
   --shard I/N       run only the I-th of N disjoint slices of the runs (CI matrices)
   --inject F:N:K    (run) fail the N-th call of driver function F with K: fault, raise, fail
+  --no-sweep        (certify) skip the systematic fault-injection sweep
   --no-color        no colour (also when NO_COLOR is set or stdout is not a terminal)
 |}
 
@@ -61,6 +64,7 @@ type opts = {
   mutable plugins : string list;
   mutable inject : Injection.t option;
   mutable shard : (int * int) option;  (* i of n, from 1 *)
+  mutable sweep : bool;
   mutable color : bool;
 }
 
@@ -80,7 +84,7 @@ let positive name s =
 let parse_opts args ~allowed =
   let o =
     { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = 60.; report = None; case = None;
-      mutant = None; plugins = []; inject = None; shard = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
+      mutant = None; plugins = []; inject = None; shard = None; sweep = true; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
   in
   let rec go = function
     | [] -> ()
@@ -89,6 +93,7 @@ let parse_opts args ~allowed =
         ignore rest;
         usage_error "unknown option %s for this subcommand" flag
     | "--no-color" :: rest -> o.color <- false; go rest
+    | "--no-sweep" :: rest -> o.sweep <- false; go rest
     | flag :: [] when flag.[0] = '-' -> usage_error "%s needs a value" flag
     | "--driver" :: v :: rest -> o.driver <- v; go rest
     | "--only" :: v :: rest -> o.only <- o.only @ List.filter (( <> ) "") (String.split_on_char ',' v); go rest
@@ -164,8 +169,11 @@ let progress_printer ~total ~what =
     else if done_ = total || done_ mod 50 = 0 then
       Printf.eprintf "%s: %d/%d runs, %.0f s\n%!" what done_ total (Unix.gettimeofday () -. t0)
 
+(* Ctrl-C stops the runs and still writes the report: set before anything
+   is printed, so that no interruption falls between. *)
+let catch_interrupt () = Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> interrupted := true))
+
 let run_jobs o ~what jobs =
-  Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> interrupted := true));
   let total = List.length jobs in
   let results =
     Runner.run_all ~parallel:o.jobs ~timeout:o.timeout
@@ -178,11 +186,43 @@ let run_jobs o ~what jobs =
     List.filter (fun (r : Runner.result) -> match r.outcome with Findings _ | Not_applicable _ -> true | _ -> false) results
   else results
 
+(* ---- systematic fault injection (fail-nth) ---- *)
+
+(* Counts the calls each rig-side case makes (a clean run, seed 1), then
+   runs it once per call and failure kind the document allows there, with
+   just that call failed.  Answers the injected runs, and [with_census] the
+   counting ones too (certify has run those already). *)
+let sweep_runs ?(with_census = false) o cases =
+  let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject } in
+  Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);
+  let census = run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in
+  let points =
+    List.concat_map
+      (fun (r : Runner.result) ->
+        List.concat_map
+          (fun (fn, n) ->
+            List.concat_map
+              (fun kind -> List.init n (fun k -> job ~inject:{ Injection.fn; nth = k + 1; kind } r.job.case))
+              (Injection.kinds_for fn))
+          r.calls)
+      census
+    |> in_shard o
+  in
+  Printf.printf "sweep: %d injection points%s\n%!" (List.length points)
+    (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
+  (if with_census then in_shard o census else []) @ run_jobs o ~what:"sweep" points
+
+let rig_cases_of selected =
+  List.filter (fun (c : Case.t) -> List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) selected) rig_cases
+
 (* ---- certify ---- *)
 
 let certify args =
-  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--shard"; "--no-color" ] in
-  ignore (driver_of o);
+  let o =
+    parse_opts args
+      ~allowed:[ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--shard"; "--no-sweep"; "--no-color" ]
+  in
+  let drv = driver_of o in
   let seeds = if o.seeds = [] then [ 1; 2; 3 ] else o.seeds in
   let report = Option.value o.report ~default:"out/certify/report.json" in
   let selected =
@@ -197,6 +237,12 @@ let certify args =
   Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d%s\n%!" o.driver (List.length cases) (List.length seeds) o.jobs
     (match o.shard with Some (i, n) -> Printf.sprintf ", shard %d/%d (%d runs)" i n (List.length jobs) | None -> "");
   let results = run_jobs o ~what:"certify" jobs in
+  let swept =
+    match (drv.inject, o.sweep) with
+    | Some _, true when not !interrupted -> sweep_runs o (rig_cases_of selected)
+    | _ -> []
+  in
+  let results = results @ swept in
   let lines = Report.verdicts ~cases:all_cases ~selected results in
   Report.print_table ~color:o.color lines;
   Report.write_json report ~driver:o.driver ~seeds ~interrupted:!interrupted ~runs:results lines;
@@ -316,29 +362,8 @@ let sweep args =
     if o.only = [] then Catalog.all
     else match Catalog.select o.only with Ok l -> l | Error p -> usage_error "--only: %S names no clause of the catalog" p
   in
-  let cases =
-    List.filter
-      (fun (c : Case.t) -> List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) selected)
-      rig_cases
-  in
-  let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject } in
-  Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);
-  let census = run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in
-  let points =
-    List.concat_map
-      (fun (r : Runner.result) ->
-        List.concat_map
-          (fun (fn, n) ->
-            List.concat_map
-              (fun kind -> List.init n (fun k -> job ~inject:{ Injection.fn; nth = k + 1; kind } r.job.case))
-              (Injection.kinds_for fn))
-          r.calls)
-      census
-  in
-  let points = in_shard o points in
-  Printf.printf "sweep: %d injection points%s\n%!" (List.length points)
-    (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
-  let results = census @ run_jobs o ~what:"sweep" points in
+  let cases = rig_cases_of selected in
+  let results = sweep_runs ~with_census:true o cases in
   let lines = Report.verdicts ~cases ~selected results in
   let failures =
     List.filter
@@ -359,7 +384,8 @@ let sweep args =
   Report.print_table ~color:o.color
     (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
   Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:!interrupted ~runs:results lines;
-  Printf.printf "%d runs (%d injection points), %d failing; report: %s\n" (List.length results) (List.length points)
+  Printf.printf "%d runs (%d with a failure injected), %d failing; report: %s\n" (List.length results)
+    (List.length (List.filter (fun (r : Runner.result) -> r.job.inject <> None) results))
     (List.length failures) report;
   if !interrupted then exit 130;
   if failures <> [] then exit 1
@@ -379,10 +405,10 @@ let list args =
 let () =
   match List.tl (Array.to_list Sys.argv) with
   | [] | ("-h" | "--help" | "help") :: _ -> print_string help
-  | "certify" :: rest -> certify rest
+  | "certify" :: rest -> catch_interrupt (); certify rest
   | "run" :: rest -> run rest
-  | "selftest" :: rest -> selftest rest
-  | "sweep" :: rest -> sweep rest
+  | "selftest" :: rest -> catch_interrupt (); selftest rest
+  | "sweep" :: rest -> catch_interrupt (); sweep rest
   | "list" :: rest -> list rest
   | "bench" :: rest -> Bench.main rest
   | cmd :: _ -> usage_error "unknown subcommand %S" cmd
