@@ -112,7 +112,11 @@ struct fake_dev {
   uint64_t last_value;
   unsigned long allocs;      /* alloc-overlap mutant */
   struct fake_mem *last_mem; /* alloc-overlap mutant */
+  int manual;                    /* no worker thread (fake_debug_manual_worker) */
+  struct fake_node *manual_cur;  /* the part fake_debug_work_begin runs */
 };
+
+static atomic_int manual_next; /* fake_debug_manual_worker */
 
 static atomic_uint_fast64_t next_handle = 1;
 
@@ -163,7 +167,10 @@ static uint64_t room_of(const struct fake_dev *d, int kind) {
 }
 
 static void store_word(struct fake_dev *d, uint64_t v) {
-  atomic_store_explicit(&d->word, v, memory_order_release);
+  if (mutant(d, FAKE_M_WORD_RACE))
+    *(volatile uint64_t *)&d->word = v; /* a plain store: a data race */
+  else
+    atomic_store_explicit(&d->word, v, memory_order_release);
   pthread_cond_broadcast(&d->cv);
 }
 
@@ -325,6 +332,12 @@ struct fake_dev *fake_dev_open(const struct fake_config *cfg) {
   if (!d->word_region) goto fail;
   d->word_region->is_word = 1;
 
+  d->manual = atomic_load(&manual_next);
+  if (d->manual) {
+    atomic_store(&d->refs, 1); /* no worker, no worker's reference */
+    return d;
+  }
+
   /* The worker starts with signals blocked, leaving no window before it
    * blocks them itself. */
   sigset_t set, old;
@@ -376,6 +389,7 @@ void fake_dev_release(struct fake_dev *d) {
 }
 
 uint64_t fake_dev_word(struct fake_dev *d) {
+  if (mutant(d, FAKE_M_WORD_RACE)) return *(volatile uint64_t *)&d->word; /* plain load */
   return atomic_load_explicit(&d->word, memory_order_acquire);
 }
 
@@ -851,7 +865,13 @@ uint64_t fake_grow(struct fake_dev *d) {
     short_bytes = (uint64_t)(need - k) * FAKE_PART_BYTES;
     goto out;
   }
-  if (k) {
+  if (k && mutant(d, FAKE_M_GROW_WRITES_QUEUE)) {
+    /* The slots go straight into the pool every room reads (QUEUE-1). */
+    free_push_list(d, g);
+    t->growth_n += k;
+    d->used[FAKE_DEVICE] += (uint64_t)k * FAKE_PART_BYTES;
+    d->queue_bytes += (uint64_t)k * FAKE_PART_BYTES;
+  } else if (k) {
     /* Partial growths stay for the next room (QUEUE-3). */
     struct fake_node *last = g;
     while (last->next) last = last->next;
@@ -926,6 +946,16 @@ void fake_stop(struct fake_dev *d) {
    * the worker may still hold one. */
   d->used[FAKE_DEVICE] -= d->queue_bytes;
   d->queue_bytes = 0;
+  if (mutant(d, FAKE_M_STOP_FREES_REGIONS))
+    /* Releases what rig made (STOP-5): rig's later free of each region
+     * then uses it after this free. */
+    for (int b = 0; b < FAKE_BUCKETS; b++)
+      for (struct fake_region *r = d->buckets[b], *next; r; r = next) {
+        next = r->next;
+        mem_unref(r->mem);
+        free(r);
+        d->buckets[b] = NULL;
+      }
   if (d->running && !mutant(d, FAKE_M_LATE_WORD_WRITE))
     d->worker_writes_last = 1;
   else if (d->running || !mutant(d, FAKE_M_STOP_NO_LAST_VALUE))
@@ -933,4 +963,73 @@ void fake_stop(struct fake_dev *d) {
   pthread_cond_broadcast(&d->cv);
 out:
   dev_unlock(d);
+}
+
+/* ------------------------------------- testing hooks (fuzz/, C only) */
+
+void fake_debug_manual_worker(int on) { atomic_store(&manual_next, on != 0); }
+
+/* worker_main's loop body, cut in two at the point where the part has run;
+ * keep the two in step. */
+int fake_debug_work_begin(struct fake_dev *d) {
+  int ran = 0;
+  dev_lock(d);
+  if (!d->manual || d->manual_cur || d->stopping || d->faulted || !d->run_head) goto out;
+  struct fake_node *n = d->run_head;
+  d->run_head = n->next;
+  if (!d->run_head) d->run_tail = NULL;
+  d->running = 1;
+  d->manual_cur = n;
+  exec_part(d, n);
+  ran = 1;
+out:
+  dev_unlock(d);
+  return ran;
+}
+
+void fake_debug_work_end(struct fake_dev *d) {
+  dev_lock(d);
+  struct fake_node *n = d->manual_cur;
+  if (!n) goto out;
+  int done = !d->faulted && !abort_spin(d);
+  if (done && n->ends) store_word(d, n->value);
+  free_push(d, n);
+  d->running = 0;
+  d->manual_cur = NULL;
+  if (d->stopping) {
+    /* As the worker does on its way out (STOP-3). */
+    free_push_list(d, d->run_head);
+    d->run_head = d->run_tail = NULL;
+    if (d->worker_writes_last) store_word(d, d->last_value);
+    d->worker_writes_last = 0;
+  }
+  pthread_cond_broadcast(&d->cv);
+out:
+  dev_unlock(d);
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+uint64_t fake_debug_queue_digest(struct fake_dev *d) {
+  uint64_t h = 1;
+  dev_lock(d);
+  h = mix(h, (uint64_t)d->stopping);
+  h = mix(h, d->free_count);
+  h = mix(h, d->reserved_total);
+  h = mix(h, d->last_value);
+  for (struct fake_node *n = d->free_nodes; n; n = n->next) h = mix(h, (uint64_t)(uintptr_t)n);
+  for (struct fake_node *n = d->run_head; n; n = n->next) h = mix(h, (uint64_t)(uintptr_t)n);
+  h = mix(h, (uint64_t)(uintptr_t)d->run_tail);
+  for (struct fake_thread *t = d->threads; t; t = t->next) {
+    h = mix(h, (uint64_t)t->tid);
+    h = mix(h, t->reserved);
+    h = mix(h, t->held);
+    for (struct fake_node *n = t->enc_head; n; n = n->next) h = mix(h, (uint64_t)(uintptr_t)n);
+    h = mix(h, (uint64_t)(uintptr_t)t->enc_tail);
+  }
+  dev_unlock(d);
+  return h;
 }

@@ -51,7 +51,12 @@ enum fake_mutant {
   FAKE_M_FREE_TOUCHES_NEW,       /* STOP-8 (OCaml side) */
   FAKE_M_GROW_UNUSED,            /* QUEUE-2 */
   FAKE_M_GROW_SHORT_DROPS,       /* QUEUE-3 */
-  FAKE_M_SIGNALED_SHADOW         /* TIME-1 (OCaml side) */
+  FAKE_M_SIGNALED_SHADOW,        /* TIME-1 (OCaml side) */
+  /* Found by the fuzzer (fuzz/) and the sanitizers, not by the harness's
+   * probes: */
+  FAKE_M_GROW_WRITES_QUEUE,      /* QUEUE-1: grow puts its slots straight into the free pool */
+  FAKE_M_WORD_RACE,              /* TIME-1: plain (non-atomic) word write and read: TSan */
+  FAKE_M_STOP_FREES_REGIONS      /* STOP-5: stop frees rig's regions: use after free (ASan) */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */
@@ -131,6 +136,26 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms);
 void fake_fault_reason(struct fake_dev *d, char *buf, size_t len);
 
 void fake_stop(struct fake_dev *d);
+
+/* ------------------------------------- testing hooks (fuzz/, C only) */
+
+/* Devices opened from now on (on any thread) start no worker thread when
+ * on != 0: their committed work runs only when the caller asks, one part at
+ * a time, with fake_debug_work_begin (takes the next part off the run queue
+ * and runs it: 1, or 0 if nothing may run) and fake_debug_work_end (ends
+ * it: writes its value if it ends a submission, and the last value if stop
+ * came while it ran, as the worker does).  Between the two the device sees
+ * a part running, as stop would.  This makes a run replayable: the fuzzer's
+ * scheduler decides when work runs.  Not reachable from OCaml. */
+void fake_debug_manual_worker(int on);
+int fake_debug_work_begin(struct fake_dev *d);
+void fake_debug_work_end(struct fake_dev *d);
+
+/* A hash of everything the queue functions (room, submit, commit) read,
+ * but a thread's growth (the slots grow made and the next room of that
+ * thread puts into the queues) and its missing count (read by grow only):
+ * QUEUE-1 demands that grow leaves it unchanged. */
+uint64_t fake_debug_queue_digest(struct fake_dev *d);
 
 /* --------------------------------------------------- fault injection */
 

@@ -1,0 +1,43 @@
+# mk/fuzz.mk: the libFuzzer targets (fuzz/, issue 6).
+#   make fuzz        build; each target over its corpus and regressions; then
+#                    FUZZ_TIME (60) seconds of fuzzing each, one process
+#   make fuzz-smoke  the same with FUZZ_SMOKE_TIME (10) seconds (the test suite's)
+#   make fuzz-build  only the build (fuzz/build.sh, OSS-Fuzz conventions)
+# New inputs go to out/fuzz/corpus/<target> (the committed seeds stay as they
+# are); crashes to out/fuzz/artifacts/.  Turn one into a readable schedule
+# with: RIG_FUZZ_TRACE=1 out/fuzz/room_grow_fuzz <input>
+.PHONY: fuzz fuzz-smoke fuzz-build fuzz-regress
+
+FUZZ_OUT := out/fuzz
+FUZZ_TIME ?= 60
+FUZZ_SMOKE_TIME ?= 10
+FUZZ_SRCS := $(wildcard fuzz/*.c fuzz/*.h fuzz/build*.sh) drivers/fake/fake_core.c drivers/fake/fake_core.h include/rig_edge.h
+
+$(FUZZ_OUT)/room_grow_fuzz: $(FUZZ_SRCS)
+	OUT=$(abspath $(FUZZ_OUT)) ./fuzz/build.sh
+
+fuzz-build: $(FUZZ_OUT)/room_grow_fuzz
+
+# Each built target <t>_fuzz over fuzz/corpus/<t> and fuzz/regressions/<t>:
+# -runs=0 runs every input once and stops at the first crash or violation.
+fuzz-regress: fuzz-build
+	@set -e; for b in $(FUZZ_OUT)/*_fuzz; do t=$$(basename $$b _fuzz); \
+	  echo "== $$t: corpus and regressions"; \
+	  $$b -runs=0 fuzz/corpus/$$t $$(test -d fuzz/regressions/$$t && echo fuzz/regressions/$$t) 2>&1 \
+	    | grep -E '^#[0-9]+.*(INITED|DONE)|VIOLATION|ERROR|Executed' ; \
+	  test $${PIPESTATUS[0]} -eq 0; done
+
+define fuzz_run
+	@set -e; mkdir -p $(FUZZ_OUT)/artifacts; for b in $(FUZZ_OUT)/*_fuzz; do t=$$(basename $$b _fuzz); \
+	  mkdir -p $(FUZZ_OUT)/corpus/$$t; echo "== $$t: $(1) s"; \
+	  $$b -max_total_time=$(1) -timeout=10 -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_OUT)/artifacts/$$t- $(FUZZ_OUT)/corpus/$$t fuzz/corpus/$$t 2>&1 \
+	    | grep -E '^#[0-9]+.*DONE|VIOLATION|ERROR|SUMMARY|Test unit written|exec_per_sec|number_of_executed' ; \
+	  test $${PIPESTATUS[0]} -eq 0; done
+endef
+
+fuzz: fuzz-regress
+	$(call fuzz_run,$(FUZZ_TIME))
+
+fuzz-smoke: fuzz-regress
+	$(call fuzz_run,$(FUZZ_SMOKE_TIME))

@@ -1,0 +1,78 @@
+# mk/sanitize.mk: the sanitizer runs (issue 6).
+#   make asan  AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer):
+#              1. the room/grow fuzz target over its corpus and regressions,
+#                 deterministic worker (the libFuzzer build is ASan+UBSan);
+#              2. the same inputs with the fake's real worker thread;
+#              3. proof: the stop-frees-regions mutant IS reported (use after free);
+#              4. the OCaml side built with ASan+UBSan (fuzz/asan.workspace,
+#                 into _build/asan): the fake's smoke test, then a whole
+#                 certification of the fake driver.
+#   make tsan  ThreadSanitizer over the C parts (the OCaml 5.3 here is not a
+#              TSan-enabled compiler): proof first that the word-race mutant
+#              IS reported, then the corpus with the real worker and a
+#              sleeping thread: zero reports.  Run under setarch -R (no ASLR),
+#              as TSan needs on some kernels.
+# Zero reports on the conforming code, or the target fails.
+.PHONY: asan tsan asan-c tsan-c asan-ocaml
+
+SAN_OUT := out/sanitize
+SAN_INC := -Iinclude -Idrivers/fake -Ifuzz
+SAN_SRCS := drivers/fake/fake_core.c fuzz/room_grow_fuzz.c fuzz/fake_adapter.c fuzz/rig_edge_min.c \
+  fuzz/standalone_main.c
+SAN_DEPS := $(SAN_SRCS) $(wildcard fuzz/*.h) drivers/fake/fake_core.h include/rig_edge.h
+SAN_INPUTS = fuzz/corpus/room_grow $(wildcard fuzz/regressions/room_grow) $(wildcard out/fuzz/corpus/room_grow)
+SAN_ENV := LSAN_OPTIONS=suppressions=$(abspath fuzz/lsan.supp) UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+SETARCH := setarch "$$(uname -m)" -R
+SAN_REPORT := 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error|WARNING: ThreadSanitizer|VIOLATION'
+
+$(SAN_OUT)/room_grow_asan: $(SAN_DEPS)
+	@mkdir -p $(SAN_OUT)
+	clang -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	  $(SAN_INC) -include fuzz/fake_shim.h $(SAN_SRCS) -lpthread -o $@
+
+$(SAN_OUT)/room_grow_tsan: $(SAN_DEPS)
+	@mkdir -p $(SAN_OUT)
+	clang -O1 -g -fsanitize=thread $(SAN_INC) -include fuzz/fake_shim.h $(SAN_SRCS) -lpthread -o $@
+
+# $(call san_clean,binary,env,log): runs the inputs, fails on any report.
+define san_clean
+	@echo "== $(3): $(2) $(1) over $(SAN_INPUTS)"
+	@$(SAN_ENV) $(2) $(1) $(SAN_INPUTS) > $(SAN_OUT)/$(3).log 2>&1 || \
+	  { grep -m5 -E $(SAN_REPORT) $(SAN_OUT)/$(3).log; echo "$(3): FAILED (see $(SAN_OUT)/$(3).log)"; exit 1; }
+	@! grep -q -E $(SAN_REPORT) $(SAN_OUT)/$(3).log || { grep -m5 -E $(SAN_REPORT) $(SAN_OUT)/$(3).log; exit 1; }
+	@echo "$(3): $$(grep -c '^Running:' $(SAN_OUT)/$(3).log) inputs, no report"
+endef
+
+# $(call san_found,binary,env,log,pattern): the mutant's run must report pattern.
+define san_found
+	@echo "== $(3): $(2) $(1) must report"
+	@$(SAN_ENV) $(2) $(1) $(SAN_INPUTS) > $(SAN_OUT)/$(3).log 2>&1; \
+	  if grep -q -E $(4) $(SAN_OUT)/$(3).log; then echo "$(3): reported: $$(grep -m1 -E $(4) $(SAN_OUT)/$(3).log)"; \
+	  else echo "$(3): NOT reported: a clean run would prove nothing"; exit 1; fi
+endef
+
+asan-c: fuzz-regress $(SAN_OUT)/room_grow_asan
+	$(call san_clean,$(SAN_OUT)/room_grow_asan,RIG_FUZZ_REAL_WORKER=1,asan-real-worker)
+	$(call san_found,$(SAN_OUT)/room_grow_asan,RIG_FUZZ_MUTANT=stop-frees-regions,asan-mutant-uaf,'AddressSanitizer: heap-use-after-free')
+
+asan-ocaml: build
+	dune build --workspace fuzz/asan.workspace ./drivers/fake/test/fake_test.exe ./harness/certify/main.exe 2>&1
+	@echo "== asan: the fake's smoke test (_build/asan)"
+	@$(SAN_ENV) ./_build/asan/drivers/fake/test/fake_test.exe > $(SAN_OUT)/asan-fake-test.log 2>&1 || \
+	  { tail -30 $(SAN_OUT)/asan-fake-test.log; exit 1; }
+	@! grep -q -E $(SAN_REPORT) $(SAN_OUT)/asan-fake-test.log
+	@echo "asan-fake-test: OK, no report"
+	@echo "== asan: certify --driver fake under ASan (_build/asan)"
+	@$(SAN_ENV) ./_build/asan/harness/certify/main.exe certify --driver fake -j $(J) \
+	  --report $(SAN_OUT)/asan-certify.json > $(SAN_OUT)/asan-certify.log 2>&1 || \
+	  { grep -E $(SAN_REPORT)'|fail ' $(SAN_OUT)/asan-certify.log | head; exit 1; }
+	@! grep -q -E $(SAN_REPORT) $(SAN_OUT)/asan-certify.log
+	@echo "asan-certify: $$(grep -cE '^[A-Z]+-[0-9]+ +pass' $(SAN_OUT)/asan-certify.log) clauses pass, no report"
+
+asan: asan-c asan-ocaml
+
+tsan-c: $(SAN_OUT)/room_grow_tsan
+	$(call san_found,$(SETARCH) $(SAN_OUT)/room_grow_tsan,RIG_FUZZ_REAL_WORKER=1 RIG_FUZZ_MUTANT=word-race,tsan-mutant-race,'WARNING: ThreadSanitizer: data race')
+	$(call san_clean,$(SETARCH) $(SAN_OUT)/room_grow_tsan,RIG_FUZZ_REAL_WORKER=1,tsan-real-worker)
+
+tsan: tsan-c
