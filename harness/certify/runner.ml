@@ -128,9 +128,16 @@ let run_all ~parallel ~timeout ~progress ~stop jobs =
   while (!queue <> [] && not (stop ())) || !running <> [] do
     if stop () then List.iter kill !running;
     while List.length !running < parallel && !queue <> [] && not (stop ()) do
-      let next = List.hd !queue in
+      let ((i, j) as next) = List.hd !queue in
       queue := List.tl !queue;
-      running := spawn next :: !running
+      match spawn next with
+      | r -> running := r :: !running
+      | exception (Unix.Unix_error _ | Sys_error _ as e) ->
+          (* The child could not even start (the program was replaced, no
+             processes left): a verdict on that run, not the runner's end. *)
+          results.(i) <- Some { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; seconds = 0. };
+          incr finished;
+          progress !finished
     done;
     let still = ref [] in
     List.iter

@@ -139,9 +139,13 @@ module Interp (P : Rig_edge.Package) = struct
         let t =
           Thread.create
             (fun () ->
-              Atomic.set outcome (attempt verb args);
-              Atomic.set ended true;
-              E.V.poke ())
+              Fun.protect
+                ~finally:(fun () -> Atomic.set ended true; E.V.poke ())
+                (fun () ->
+                  Atomic.set outcome
+                    (try attempt verb args with
+                     | Broken why -> "broken (" ^ why ^ ")"
+                     | Scenarios.Needs what -> "not applicable (needs " ^ what ^ ")")))
             ()
         in
         bind n (Thread (t, outcome, ended));
@@ -200,8 +204,8 @@ let case ~file (t : S.t) =
       match I.run ~file t acc with
       | () | (exception Validate.Abandoned _) -> Ran (seen ())
       | exception Scenarios.Needs what -> Not_applicable ("needs " ^ what)
-      | exception Broken why -> Ran (seen () @ [ finding (List.hd t.clauses) "the scenario could not go on: %s" why ])
       | exception _ when !Case.injecting -> Ran (seen ())
+      | exception Broken why -> Ran (seen () @ [ finding (List.hd t.clauses) "the scenario could not go on: %s" why ])
       | exception e -> Ran (seen () @ [ finding (List.hd t.clauses) "%s raised %s" file (Printexc.to_string e) ])
   in
   { name; clauses = t.clauses; run }

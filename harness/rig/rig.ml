@@ -326,6 +326,7 @@ module Make (D : Rig_edge.Driver) = struct
 
   let name dev = dev.name
   let lost dev = dev.lost
+  let drained dev = dev.drained
 
   (* ---- memory ---- *)
 

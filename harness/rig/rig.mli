@@ -39,6 +39,10 @@ module Make (D : Rig_edge.Driver) : sig
   (** [lost d] is [Some why] once [d] is lost. *)
   val lost : device -> string option
 
+  (** [drained d]: [d] is stopped and its word read the last value, so
+      that rig gave its memory back (or will, as mappings over it go). *)
+  val drained : device -> bool
+
   (** [alloc d m n]: [n] bytes rounded up to a whole Rig.word. *)
   val alloc : device -> Rig_edge.memory -> int -> buffer
 
