@@ -18,7 +18,7 @@ PYTEST := /usr/bin/python3 -m pytest
 J ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: build certify selftest test unit pytest bench install clean
+.PHONY: build certify certify-hostmem selftest test unit pytest bench install clean
 
 build:
 	dune build 2>&1
@@ -27,6 +27,11 @@ build:
 ## certify: every clause of spec/clauses.tsv against the bundled fake driver
 certify: build
 	$(RIG_CONFORM) certify --driver fake -j $(J)
+
+## certify-hostmem: the second bundled driver, certified as a plugin, as a driver author would
+HOSTMEM_PLUGIN := _build/default/drivers/hostmem/hostmem.cmxs
+certify-hostmem: build
+	$(RIG_CONFORM) certify --plugin $(HOSTMEM_PLUGIN) --driver hostmem -j $(J) --report out/certify/hostmem.json
 
 ## selftest: every mutant caught with exactly its clause; conforming pair clean over 20 seeds
 selftest: build
