@@ -50,10 +50,46 @@ let main args =
          (Filename.quote Sys.executable_name) !jobs (Filename.quote certify_report))
   in
   let certify_s = Unix.gettimeofday () -. t0 in
-  Printf.printf "certify (fake driver, 3 seeds, -j %d): %.1f s, exit %d\n%!" !jobs certify_s code;
+  Printf.printf "certify (fake driver, 3 seeds, sweep included, -j %d): %.1f s, exit %d\n%!" !jobs certify_s code;
+  (* The systematic sweep alone, at -j1 and -j2: injection points per second. *)
+  let sweep j =
+    let path = Filename.concat (Filename.dirname !report) (Printf.sprintf "sweep-j%d.json" j) in
+    let t0 = Unix.gettimeofday () in
+    let code =
+      Sys.command
+        (Printf.sprintf "%s sweep --driver fake -j %d --no-color --report %s > /dev/null 2>&1"
+           (Filename.quote Sys.executable_name) j (Filename.quote path))
+    in
+    let wall = Unix.gettimeofday () -. t0 in
+    let points =
+      try
+        let text = In_channel.with_open_bin path In_channel.input_all in
+        let rec count i acc =
+          match String.index_from_opt text i '"' with
+          | None -> acc
+          | Some k ->
+              let key = "\"inject\": \"" in
+              if k + String.length key <= String.length text && String.sub text k (String.length key) = key
+              then count (k + 1) (acc + 1)
+              else count (k + 1) acc
+        in
+        count 0 0
+      with Sys_error _ -> 0
+    in
+    Printf.printf "sweep -j %d: %d injection points in %.1f s, %.0f points/s, exit %d\n%!" j points wall
+      (float points /. wall) code;
+    (j, points, wall, code)
+  in
+  let sweeps = List.map sweep [ 1; 2 ] in
   ignore (Sys.command (Printf.sprintf "mkdir -p %s" (Filename.quote (Filename.dirname !report))));
   Out_channel.with_open_bin !report (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-bench/1\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": {\"driver\": \"fake\", \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d}\n}\n"
-        iterations bare wrapped (wrapped /. bare) !jobs certify_s code);
+        "{\n  \"format\": \"rig-conform-bench/1\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": {\"driver\": \"fake\", \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"sweep\": [%s]\n}\n"
+        iterations bare wrapped (wrapped /. bare) !jobs certify_s code
+        (String.concat ", "
+           (List.map
+              (fun (j, points, wall, code) ->
+                Printf.sprintf "{\"jobs\": %d, \"points\": %d, \"wall_s\": %.2f, \"points_per_s\": %.1f, \"exit\": %d}" j
+                  points wall (float points /. wall) code)
+              sweeps)));
   Printf.printf "report: %s\n" !report
