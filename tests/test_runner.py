@@ -132,3 +132,18 @@ def test_certify_with_its_sweep_shards_join_too(tmp_path):
     parts = [run(f"s{i}", "--shard", f"{i}/2") for i in (1, 2)]
     assert set(parts[0]).isdisjoint(parts[1])
     assert {**parts[0], **parts[1]} == whole
+
+
+def test_junit_and_markdown_reports_hold_every_clause(tmp_path):
+    import xml.etree.ElementTree as ET
+    proc, data = certify(tmp_path, "formats", "--only", "CODE-*", "--seeds", "1")
+    assert proc.returncode == 0
+    ids = [c["id"] for c in data["clauses"]]
+    suite = ET.parse(tmp_path / "formats.xml").getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ids
+    skipped = [c.get("name") for c in cases if c.find("skipped") is not None]
+    assert skipped == [c["id"] for c in data["clauses"] if c["verdict"] in ("n/a", "unchecked")]
+    assert int(suite.get("tests")) == len(ids) and int(suite.get("failures")) == 0
+    rows = [l for l in (tmp_path / "formats.md").read_text().splitlines() if l.startswith("| ") and "---" not in l]
+    assert [r.split(" | ")[0][2:] for r in rows[1:]] == ids

@@ -17,12 +17,27 @@ let kinds_for = function
   | fn when List.mem fn injectable -> [ "fault"; "raise" ]
   | _ -> []
 
+(* "async@N": an asynchronous exception at the N-th allocation inside the
+   call (Async_inject). *)
+let async_at i =
+  match String.index_opt i.kind '@' with
+  | Some 5 when String.sub i.kind 0 5 = "async" -> (
+      match int_of_string_opt (String.sub i.kind 6 (String.length i.kind - 6)) with
+      | Some n when n >= 1 -> Some n
+      | _ -> None)
+  | _ -> None
+
+let async ~fn ~nth ~at = { fn; nth; kind = Printf.sprintf "async@%d" at }
+
 let of_string s =
   match String.split_on_char ':' s with
   | [ fn; nth; kind ] -> (
       match int_of_string_opt nth with
-      | Some nth when nth >= 1 && List.mem kind kinds -> Ok { fn; nth; kind }
-      | _ -> Error (Printf.sprintf "%S: want FN:NTH:KIND, NTH >= 1, KIND one of %s" s (String.concat ", " kinds)))
+      | Some nth when nth >= 1 && (List.mem kind kinds || async_at { fn; nth; kind } <> None) -> Ok { fn; nth; kind }
+      | _ ->
+          Error
+            (Printf.sprintf "%S: want FN:NTH:KIND, NTH >= 1, KIND one of %s, or async@N with N >= 1" s
+               (String.concat ", " kinds)))
   | _ -> Error (Printf.sprintf "%S: want FN:NTH:KIND" s)
 
 let to_string i = Printf.sprintf "%s:%d:%s" i.fn i.nth i.kind

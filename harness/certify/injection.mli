@@ -10,5 +10,13 @@ val kinds : string list
 (** The kinds the document allows from a function, for a sweep. *)
 val kinds_for : string -> string list
 
+(** An asynchronous exception: KIND "async@N" raises one at the N-th
+    allocation (N >= 1) the calling thread makes inside the [nth] call of
+    [fn] (Async_inject, for the async.* cases), as in [alloc:1:async@3].
+    [async_at i] is [Some n] for such a kind. *)
+val async_at : t -> int option
+
+val async : fn:string -> nth:int -> at:int -> t
+
 val of_string : string -> (t, string) result
 val to_string : t -> string

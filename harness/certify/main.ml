@@ -32,6 +32,11 @@ Usage:
       Systematic fault injection: runs each rig-side scenario once per driver call and
       failure kind the document allows there, failing just that call, and checks what
       the validation layer sees.  Writes out/sweep/report.json.  Exit 1 on any failure.
+  rig-conform async-sweep [--case NAME] [--max-alloc N] [-j N] [--shard I/N] [--report PATH]
+      Asynchronous exceptions at every allocation point: counts the allocations of each
+      driver call of each async.* case, then runs the case once per call and allocation
+      N <= --max-alloc (default 20), raising an asynchronous exception at the N-th
+      (--inject FN:NTH:async@N).  Writes out/async-sweep/report.json.  Exit 1 on any failure.
   rig-conform list [--driver NAME]
       The cases, the clauses each checks, and the mutants.
   rig-conform bench [--report PATH]
@@ -46,8 +51,12 @@ Options:
   -j N              jobs run at once (default: the number of cores)
   --timeout S       seconds a case may take before it is killed (default 60)
   --report PATH     where the JSON report goes
+  --junit PATH      (certify) the JUnit XML report (default: beside the JSON one, .xml)
+  --markdown PATH   (certify) the Markdown conformance matrix (default: beside it, .md)
   --shard I/N       run only the I-th of N disjoint slices of the runs (CI matrices)
-  --inject F:N:K    (run) fail the N-th call of driver function F with K: fault, raise, fail
+  --inject F:N:K    (run) fail the N-th call of driver function F with K: fault, raise, fail;
+                    or, for the async.* cases, K = async@A: an asynchronous exception at the
+                    A-th allocation inside that call
   --no-sweep        (certify) skip the systematic fault-injection sweep
   --no-color        no colour (also when NO_COLOR is set or stdout is not a terminal)
 |}
@@ -65,6 +74,8 @@ type opts = {
   mutable inject : Injection.t option;
   mutable shard : (int * int) option;  (* i of n, from 1 *)
   mutable sweep : bool;
+  mutable junit : string option;
+  mutable markdown : string option;
   mutable color : bool;
 }
 
@@ -84,7 +95,7 @@ let positive name s =
 let parse_opts args ~allowed =
   let o =
     { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = 60.; report = None; case = None;
-      mutant = None; plugins = []; inject = None; shard = None; sweep = true; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
+      mutant = None; plugins = []; inject = None; shard = None; sweep = true; junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
   in
   let rec go = function
     | [] -> ()
@@ -108,6 +119,8 @@ let parse_opts args ~allowed =
         | _ -> usage_error "--timeout wants a positive number of seconds, not %S" v);
         go rest
     | "--report" :: v :: rest -> o.report <- Some v; go rest
+    | "--junit" :: v :: rest -> o.junit <- Some v; go rest
+    | "--markdown" :: v :: rest -> o.markdown <- Some v; go rest
     | "--case" :: v :: rest -> o.case <- Some v; go rest
     | "--mutant" :: v :: rest -> o.mutant <- Some v; go rest
     | "--inject" :: v :: rest ->
@@ -143,7 +156,7 @@ let scenario_files =
 
 (* The rig-side cases: what a sweep injects failures into. *)
 let rig_cases = Scenarios.cases @ scenario_files
-let all_cases = Probes.cases @ Queue_probes.cases @ Word_probes.cases @ rig_cases
+let all_cases = Probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ rig_cases @ Async_cases.cases
 
 (* Cases that check at least one of the clauses. *)
 let cases_for (clauses : Catalog.clause list) =
@@ -220,7 +233,7 @@ let rig_cases_of selected =
 let certify args =
   let o =
     parse_opts args
-      ~allowed:[ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--shard"; "--no-sweep"; "--no-color" ]
+      ~allowed:[ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--junit"; "--markdown"; "--shard"; "--no-sweep"; "--no-color" ]
   in
   let drv = driver_of o in
   let seeds = if o.seeds = [] then [ 1; 2; 3 ] else o.seeds in
@@ -246,7 +259,12 @@ let certify args =
   let lines = Report.verdicts ~cases:all_cases ~selected results in
   Report.print_table ~color:o.color lines;
   Report.write_json report ~driver:o.driver ~seeds ~interrupted:!interrupted ~runs:results lines;
-  Printf.printf "report: %s\n" report;
+  let beside ext = Filename.remove_extension report ^ ext in
+  let junit = Option.value o.junit ~default:(beside ".xml") in
+  let markdown = Option.value o.markdown ~default:(beside ".md") in
+  Report.write_junit junit ~driver:o.driver lines;
+  Report.write_markdown markdown ~driver:o.driver lines;
+  Printf.printf "report: %s (JUnit %s, Markdown %s)\n" report junit markdown;
   if !interrupted then (prerr_endline "rig-conform: interrupted; the report holds what was done"; exit 130);
   if List.exists (fun (l : Report.line) -> l.verdict = Fail) lines then exit 1
 
@@ -273,6 +291,10 @@ let run args =
   apply_mutant drv o.mutant;
   (match (o.inject, drv.inject) with
   | None, _ -> ()
+  | Some i, _ when Injection.async_at i <> None ->
+      (* An asynchronous exception (async.* cases): the wrapper raises it, for any driver. *)
+      if not (Async_cases.is_async_case name) then usage_error "--inject %s: only for the async.* cases" (Injection.to_string i);
+      Async_inject.target := Some { Async_inject.fn = i.fn; nth = i.nth; at = Option.get (Injection.async_at i) }
   | Some i, Some inject -> Case.injecting := true; inject i
   | Some _, None -> usage_error "driver %S has no fault injection" o.driver);
   let job = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject = o.inject } in
@@ -390,6 +412,81 @@ let sweep args =
   if !interrupted then exit 130;
   if failures <> [] then exit 1
 
+(* ---- async-sweep: an asynchronous exception at every allocation point ----
+   (Async_inject, Async_cases.)  A plain run of each async.* case is the
+   census: it reports the allocations of each driver call as CALLS lines
+   "fn#nth"; then each (call, N), N up to --max-alloc, runs in its own child
+   with --inject FN:NTH:async@N. *)
+
+let async_sweep args =
+  let max_alloc = ref 20 in
+  let rec strip = function
+    | "--max-alloc" :: v :: rest -> max_alloc := positive "--max-alloc" v; strip rest
+    | a :: rest -> a :: strip rest
+    | [] -> []
+  in
+  let o =
+    parse_opts (strip args)
+      ~allowed:[ "--driver"; "--plugin"; "--case"; "-j"; "--timeout"; "--report"; "--shard"; "--no-color" ]
+  in
+  ignore (driver_of o);
+  let report = Option.value o.report ~default:"out/async-sweep/report.json" in
+  let cases =
+    match o.case with
+    | None -> Async_cases.cases
+    | Some n -> (
+        match List.filter (fun (c : Case.t) -> c.name = n || c.name = "async." ^ n) Async_cases.cases with
+        | [] -> usage_error "no async case %S (see rig-conform list)" n
+        | l -> l)
+  in
+  let selected = List.filter (fun (k : Catalog.clause) -> List.mem k.id (List.concat_map (fun (c : Case.t) -> c.clauses) cases)) Catalog.all in
+  let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject } in
+  let t0 = Unix.gettimeofday () in
+  Printf.printf "async sweep of driver %s: counting the allocations of %d scenarios\n%!" o.driver (List.length cases);
+  let census = run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in
+  let points =
+    List.concat_map
+      (fun (r : Runner.result) ->
+        List.map
+          (fun (p : Async_inject.target) -> job ~inject:(Injection.async ~fn:p.fn ~nth:p.nth ~at:p.at) r.job.case)
+          (Async_cases.points_of_census ~max_alloc:!max_alloc r.calls))
+      census
+    |> in_shard o
+  in
+  List.iter
+    (fun (r : Runner.result) ->
+      let calls = List.length r.calls and allocs = List.fold_left (fun a (_, n) -> a + n) 0 r.calls in
+      let swept = List.fold_left (fun a (_, n) -> a + min n !max_alloc) 0 r.calls in
+      Printf.printf "  %-32s %3d calls that allocate, %5d allocations, %5d points\n" r.job.case.name calls allocs swept)
+    census;
+  Printf.printf "async sweep: %d points (at most %d per call)%s\n%!" (List.length points) !max_alloc
+    (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
+  let results = in_shard o census @ run_jobs o ~what:"async sweep" points in
+  let lines = Report.verdicts ~cases ~selected results in
+  let failures =
+    List.filter
+      (fun (r : Runner.result) -> match r.outcome with Findings (_ :: _) | Crashed _ | Timed_out _ -> true | _ -> false)
+      results
+  in
+  List.iter
+    (fun (r : Runner.result) ->
+      let what =
+        match r.outcome with
+        | Findings fs -> String.concat "; " (List.map (fun (f : Case.finding) -> f.clause ^ ": " ^ f.detail) fs)
+        | Crashed how -> "crashed: " ^ how
+        | Timed_out s -> Printf.sprintf "killed after %.0f s" s
+        | Not_applicable _ -> ""
+      in
+      Printf.printf "FAIL %s\n     replay: %s\n" what (Runner.replay r.job))
+    failures;
+  Report.print_table ~color:o.color (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
+  Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:!interrupted ~runs:results lines;
+  Printf.printf "%d runs (%d with an asynchronous exception injected), %d failing, %.1f s; report: %s\n" (List.length results)
+    (List.length (List.filter (fun (r : Runner.result) -> r.job.inject <> None) results))
+    (List.length failures) (Unix.gettimeofday () -. t0) report;
+  if !interrupted then exit 130;
+  if failures <> [] then exit 1
+
 (* ---- list ---- *)
 
 let list args =
@@ -409,6 +506,7 @@ let () =
   | "run" :: rest -> run rest
   | "selftest" :: rest -> catch_interrupt (); selftest rest
   | "sweep" :: rest -> catch_interrupt (); sweep rest
+  | "async-sweep" :: rest -> catch_interrupt (); async_sweep rest
   | "list" :: rest -> list rest
   | "bench" :: rest -> Bench.main rest
   | cmd :: _ -> usage_error "unknown subcommand %S" cmd

@@ -85,6 +85,19 @@ let json_string s =
   Buffer.add_char b '"';
   Buffer.contents b
 
+let xml_escape s =
+  let b = Buffer.create (String.length s) in
+  String.iter
+    (function
+      | '&' -> Buffer.add_string b "&amp;"
+      | '<' -> Buffer.add_string b "&lt;"
+      | '>' -> Buffer.add_string b "&gt;"
+      | '"' -> Buffer.add_string b "&quot;"
+      | c when Char.code c < 0x20 && c <> '\n' && c <> '\t' -> Buffer.add_string b " "
+      | c -> Buffer.add_char b c)
+    s;
+  Buffer.contents b
+
 let rec mkdir_p dir =
   if dir <> "" && dir <> "." && dir <> "/" && not (Sys.file_exists dir) then begin
     mkdir_p (Filename.dirname dir);
@@ -126,3 +139,46 @@ let write_json path ~driver ~seeds ~interrupted ~runs lines =
         (String.concat ",\n" (List.map clause lines))
         (String.concat ",\n" (List.map run_json runs)));
   Sys.rename tmp path
+
+(* Written beside, then renamed: a reader never sees half a report. *)
+let write_atomically path text =
+  mkdir_p (Filename.dirname path);
+  let tmp = path ^ ".tmp" in
+  Out_channel.with_open_bin tmp (fun oc -> output_string oc text);
+  Sys.rename tmp path
+
+let count v lines = List.length (List.filter (fun l -> l.verdict = v) lines)
+
+let write_junit path ~driver lines =
+  let case l =
+    let name = Printf.sprintf "name=\"%s\" classname=\"rig-conform.%s.%s\"" (xml_escape l.clause.id)
+        (xml_escape driver) (xml_escape l.clause.side) in
+    match l.verdict with
+    | Pass -> Printf.sprintf "    <testcase %s/>\n" name
+    | Fail ->
+        Printf.sprintf "    <testcase %s>\n      <failure message=\"%s\">%s\nreplay: %s</failure>\n    </testcase>\n" name
+          (xml_escape l.evidence) (xml_escape l.clause.text) (xml_escape (Option.value l.repro ~default:""))
+    | Na | Unchecked ->
+        Printf.sprintf "    <testcase %s>\n      <skipped message=\"%s: %s\"/>\n    </testcase>\n" name
+          (verdict_name l.verdict) (xml_escape l.evidence)
+  in
+  write_atomically path
+    (Printf.sprintf
+       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"rig-conform %s\" tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"%d\">\n%s  </testsuite>\n</testsuites>\n"
+       (xml_escape driver) (List.length lines) (count Fail lines)
+       (count Na lines + count Unchecked lines)
+       (String.concat "" (List.map case lines)))
+
+let md_cell s = String.concat "\\|" (String.split_on_char '|' (String.map (function '\n' -> ' ' | c -> c) s))
+
+let write_markdown path ~driver lines =
+  let row l =
+    Printf.sprintf "| %s | %s | **%s** | %s | %s |\n" l.clause.id (md_cell l.clause.text) (verdict_name l.verdict)
+      (md_cell l.evidence)
+      (match l.repro with Some r -> "`" ^ md_cell r ^ "`" | None -> "")
+  in
+  write_atomically path
+    (Printf.sprintf
+       "# Conformance of driver `%s`\n\n%d clauses: %d pass, %d fail, %d n/a, %d unchecked.\n\n| clause | the document | verdict | evidence | replay |\n|---|---|---|---|---|\n%s"
+       driver (List.length lines) (count Pass lines) (count Fail lines) (count Na lines) (count Unchecked lines)
+       (String.concat "" (List.map row lines)))

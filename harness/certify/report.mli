@@ -30,3 +30,12 @@ val write_json :
 
 (** JSON string literal of a string. *)
 val json_string : string -> string
+
+(** [write_junit path ~driver lines]: JUnit XML for CI systems, one
+    testcase per clause: a failure (evidence and replay line) for a fail,
+    skipped (with the reason) for n/a and unchecked. *)
+val write_junit : string -> driver:string -> line list -> unit
+
+(** [write_markdown path ~driver lines]: the conformance matrix: clause,
+    the document's words, verdict, evidence, replay. *)
+val write_markdown : string -> driver:string -> line list -> unit

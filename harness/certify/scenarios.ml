@@ -391,3 +391,29 @@ let case (name, clauses, needs_fake) =
   { name; clauses; run }
 
 let cases = List.map case table
+
+(* ---- a flow over any package (asynchronous-exception cases) ---- *)
+
+let flows = table
+
+type flow_outcome = {
+  raised : exn option;
+  own : finding list;
+  violations : Validate.violation list;
+  calls : (string * int) list;
+}
+
+let run_flow (module P : Rig_edge.Package) name ~seed =
+  (match List.find_opt (fun (n, _, _) -> n = name) table with
+  | Some (_, _, true) -> fake_only (module P)
+  | Some _ -> ()
+  | None -> invalid_arg ("no scenario " ^ name));
+  let module F = Flows (P) in
+  let acc = ref [] in
+  let raised =
+    match F.run name ~seed acc with
+    | () -> None
+    | exception (Needs _ as e) -> F.close_all (); raise e
+    | exception e -> F.close_all (); Some e
+  in
+  { raised; own = List.rev !acc; violations = F.V.finish (); calls = F.V.calls () }

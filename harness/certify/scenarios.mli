@@ -31,3 +31,23 @@ exception Needs of string
 val of_violation : Validate.violation -> Case.finding
 
 val cases : Case.t list
+
+(** {1 Flows over another package}
+
+    For the asynchronous-exception cases (Async_cases), which put a wrapper
+    between the validation layer and the driver. *)
+
+(** The flows: name, clauses, whether they need the fake driver's knobs. *)
+val flows : (string * string list * bool) list
+
+type flow_outcome = {
+  raised : exn option;      (** what ended the flow early; every device was then closed *)
+  own : Case.finding list;  (** the flow's own checks *)
+  violations : Validate.violation list;  (** the validation layer's *)
+  calls : (string * int) list;
+}
+
+(** [run_flow package name ~seed] runs the flow [name] once, over a fresh
+    reference rig and validation layer wrapped around [package]'s driver.
+    Raises {!Needs} when the driver lacks what the flow needs. *)
+val run_flow : (module Rig_edge.Package) -> string -> seed:int -> flow_outcome

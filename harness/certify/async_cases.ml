@@ -1,0 +1,193 @@
+(* Asynchronous exceptions at every allocation point, and calls from a
+   callback at every allocation point: the rig-side flows of Scenarios with
+   Async_inject between the validation layer and the driver
+   (rig -> Validate -> Async_inject -> driver).  See async_cases.mli. *)
+
+open Case
+module P = Rig_edge_primitives
+
+let clauses = [ "ASYNC-1"; "ASYNC-2"; "LOCK-5"; "LOCK-9" ]
+let prefix = "async."
+
+(* In a plain run (certify, selftest), the points tried in-process: every
+   allocation up to this many of the first call of each function. *)
+let plain_max_alloc = 12
+
+(* Seconds one run of a flow may take before the watchdog reports a hang. *)
+let watch_seconds = 20.
+
+(* ---- the watchdog: a hang is a finding, not a killed child ---- *)
+
+let watched : (string * string * float) option Atomic.t = Atomic.make None
+let watchdog_started = ref false
+
+let watchdog () =
+  let rec loop () =
+    Thread.delay 0.05;
+    (match Atomic.get watched with
+    | Some (clause, what, deadline) when Unix.gettimeofday () > deadline ->
+        let clause, what =
+          match Async_inject.probing () with
+          | Some p -> ("LOCK-5", p ^ " did not return: it blocks")
+          | None -> (clause, what)
+        in
+        let clean = String.map (function '\n' | '\t' -> ' ' | c -> c) in
+        Printf.printf "FINDING\t%s\t%s (watchdog, after %.0f s)\nDONE\n%!" clause (clean what) watch_seconds;
+        Unix._exit 1
+    | _ -> ());
+    loop ()
+  in
+  if not !watchdog_started then begin
+    watchdog_started := true;
+    ignore (Thread.create loop ())
+  end
+
+let watch clause what = Atomic.set watched (Some (clause, what, Unix.gettimeofday () +. watch_seconds))
+let unwatch () = Atomic.set watched None
+
+(* ---- one run of a flow through the wrapper ---- *)
+
+type run = {
+  out : Scenarios.flow_outcome;
+  census : (string * int * int) list;
+  fired : string option;
+  probes : (string * string) list;
+  left : string list;
+  holds : int;
+}
+
+let run_once (module Pk : Rig_edge.Package) flow ~seed ?inject ~probe () =
+  let module A = Async_inject.Make (Pk.D) in
+  let module W = struct
+    module D = A
+
+    let name = Pk.name
+    let openers () = Pk.openers ()
+    let kit = Pk.kit
+  end in
+  Async_inject.reset ?inject ~probe ();
+  let out =
+    match Scenarios.run_flow (module W : Rig_edge.Package) flow ~seed with
+    | o -> Async_inject.off (); o
+    | exception e -> Async_inject.off (); raise e
+  in
+  let holds = P.holds () in
+  (* A lock the driver left counted makes every rig call raise: give the
+     count back so that the harness can go on and report. *)
+  for _ = 1 to holds do P.give () done;
+  {
+    out;
+    census = Async_inject.census ();
+    fired = Async_inject.fired ();
+    probes = Async_inject.probe_findings ();
+    left = (if holds = 0 then A.leftovers () else []);
+    holds;
+  }
+
+
+(* The checks after a run with an asynchronous exception at [point]; [rerun]
+   runs the flow again with nothing injected. *)
+let check_point ~point ~(rerun : unit -> run) r =
+  let at = Async_inject.target_to_string point in
+  if r.holds <> 0 then
+    [ finding "ASYNC-2" "after an asynchronous exception at %s (%s), the thread still holds %d counted lock(s)"
+        at (Option.value r.fired ~default:"?") r.holds ]
+  else
+    match r.fired with
+    | None -> []
+    | Some where ->
+        let left =
+          List.map
+            (fun l -> finding "ASYNC-1" "after an asynchronous exception at %s (%s), rig left %s" at where l)
+            r.left
+        in
+        let broke =
+          List.map
+            (fun (v : Validate.violation) ->
+              finding "ASYNC-1" "after an asynchronous exception at %s (%s), rig broke %s: %s" at where v.clause
+                v.detail)
+            r.out.violations
+        in
+        if left <> [] || broke <> [] then left @ broke
+        else
+          (* Every lock of the driver can be taken again: the same calls,
+             made again, return. *)
+          let again = rerun () in
+          if again.holds <> 0 then
+            [ finding "ASYNC-2"
+                "after an asynchronous exception at %s (%s), a later run with nothing injected left %d counted lock(s) held"
+                at where again.holds ]
+          else
+            match again.out.raised with
+            | None -> []
+            | Some e ->
+                [ finding "ASYNC-2"
+                    "after an asynchronous exception at %s (%s), a later run with nothing injected raised %s (a driver lock left taken?)"
+                    at where (Printexc.to_string e) ]
+
+let census_calls census = List.map (fun (fn, nth, n) -> (Printf.sprintf "%s#%d" fn nth, n)) census
+
+let run_case flow (pkg : (module Rig_edge.Package)) ~seed =
+  watchdog ();
+  let clean () =
+    watch "ASYNC-2" (Printf.sprintf "a run of %s with nothing injected did not end" flow);
+    let r = run_once pkg flow ~seed ~probe:false () in
+    unwatch ();
+    r
+  in
+  let injected point =
+    let at = Async_inject.target_to_string point in
+    watch "ASYNC-2" (Printf.sprintf "the run of %s with an asynchronous exception at %s did not end" flow at);
+    let r = run_once pkg flow ~seed ~inject:point ~probe:false () in
+    unwatch ();
+    check_point ~point ~rerun:clean r
+  in
+  try
+    match !Async_inject.target with
+    | Some point -> Ran (injected point)
+    | None ->
+        (* The census, with the probes at every allocation (LOCK-5, LOCK-9). *)
+        watch "ASYNC-2" (Printf.sprintf "the census run of %s did not end" flow);
+        let base = run_once pkg flow ~seed ~probe:true () in
+        unwatch ();
+        Case.report_calls (census_calls base.census);
+        let probes = List.map (fun (clause, detail) -> finding clause "%s" detail) base.probes in
+        if probes <> [] then Ran probes
+        else
+          let points =
+            List.concat_map
+              (fun (fn, nth, n) ->
+                if nth = 1 then List.init (min n plain_max_alloc) (fun k -> { Async_inject.fn; nth; at = k + 1 })
+                else [])
+              base.census
+          in
+          let rec go = function
+            | [] -> []
+            | p :: rest -> ( match injected p with [] -> go rest | fs -> fs)
+          in
+          Ran (go points)
+  with Scenarios.Needs what -> Not_applicable ("needs " ^ what)
+
+(* The flows run here: those that end quickly, so that a plain run can try
+   every allocation point of the first call of each function in-process. *)
+let flow_names =
+  [ "rig.lifecycle"; "rig.fault"; "rig.exception-loses"; "rig.entry-invalid"; "rig.prepare-exception";
+    "rig.free-once"; "rig.peer-mapping"; "rig.pinned-fallback"; "rig.alloc-rounding"; "rig.free-under-work";
+    "rig.map-host-declared"; "rig.entry-rounds"; "rig.grow-rounds" ]
+
+let cases =
+  List.map (fun flow -> { name = prefix ^ flow; clauses; run = (fun pkg ~seed -> run_case flow pkg ~seed) }) flow_names
+
+let is_async_case name = String.starts_with ~prefix name
+
+let points_of_census ~max_alloc calls =
+  List.concat_map
+    (fun (key, n) ->
+      match String.rindex_opt key '#' with
+      | None -> []
+      | Some i -> (
+          let fn = String.sub key 0 i in
+          match int_of_string_opt (String.sub key (i + 1) (String.length key - i - 1)) with
+          | Some nth -> List.init (min n max_alloc) (fun k -> { Async_inject.fn; nth; at = k + 1 })
+          | None -> []))
+    calls

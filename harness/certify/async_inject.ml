@@ -1,0 +1,338 @@
+(* Asynchronous exceptions and callbacks at every allocation point inside a
+   driver's calls; see async_inject.mli.
+
+   The Memprof callback may run at any allocation of any thread, also inside
+   the driver's locks: it takes no lock.  Each tracker belongs to one thread
+   and only that thread's callbacks touch its mutable fields; the set of
+   trackers is an atomic list. *)
+
+module P = Rig_edge_primitives
+
+exception Async_interrupt of string
+
+type target = { fn : string; nth : int; at : int }
+
+let target_to_string t = Printf.sprintf "%s:%d:async@%d" t.fn t.nth t.at
+let target : target option ref = ref None
+
+type tracker = {
+  tid : int;
+  fn : string;
+  nth : int;
+  fire_at : int;  (* 0: never *)
+  probe : (unit -> unit) option;
+  mutable allocs : int;
+  mutable live : bool;
+  mutable in_probe : bool;
+}
+
+let enabled = Atomic.make false
+let armed : target option Atomic.t = Atomic.make None
+let probes_on = Atomic.make false
+let trackers : tracker list Atomic.t = Atomic.make []
+let fired_at : string option Atomic.t = Atomic.make None
+let current_probe : string option Atomic.t = Atomic.make None
+
+(* Bookkeeping outside any tracked region: a plain mutex, never taken by the
+   callback. *)
+let book = Mutex.create ()
+let numbers : (string, int) Hashtbl.t = Hashtbl.create 16
+let census_rev : (string * int * int) list ref = ref []
+let findings_rev : (string * string) list ref = ref []
+
+let rec update a f =
+  let old = Atomic.get a in
+  if not (Atomic.compare_and_set a old (f old)) then update a f
+
+let self () = Thread.id (Thread.self ())
+
+let on_alloc _ =
+  (match Atomic.get trackers with
+  | [] -> ()
+  | l -> (
+      let tid = self () in
+      match List.find_opt (fun t -> t.tid = tid && t.live && not t.in_probe) l with
+      | None -> ()
+      | Some t ->
+          t.allocs <- t.allocs + 1;
+          if t.allocs = t.fire_at then begin
+            t.live <- false;
+            let where = Printf.sprintf "allocation %d of %s call %d" t.allocs t.fn t.nth in
+            Atomic.set fired_at (Some where);
+            raise (Async_interrupt where)
+          end;
+          match t.probe with
+          | Some p ->
+              t.in_probe <- true;
+              (match p () with () -> t.in_probe <- false | exception e -> t.in_probe <- false; raise e)
+          | None -> ()));
+  None
+
+let started = ref false
+
+let start_profile () =
+  if not !started then begin
+    started := true;
+    let tracker = { Gc.Memprof.null_tracker with alloc_minor = on_alloc; alloc_major = on_alloc } in
+    ignore (Gc.Memprof.start ~sampling_rate:1.0 ~callstack_size:0 tracker)
+  end
+
+let reset ?inject ?(probe = false) () =
+  start_profile ();
+  Mutex.protect book (fun () ->
+      Hashtbl.reset numbers;
+      census_rev := [];
+      findings_rev := []);
+  Atomic.set trackers [];
+  Atomic.set fired_at None;
+  Atomic.set armed inject;
+  Atomic.set probes_on probe;
+  Atomic.set enabled true
+
+let off () =
+  Atomic.set enabled false;
+  Atomic.set armed None;
+  Atomic.set probes_on false;
+  Atomic.set trackers []
+
+let fired () = Atomic.get fired_at
+let census () = Mutex.protect book (fun () -> List.rev !census_rev)
+let probe_findings () = Mutex.protect book (fun () -> List.rev !findings_rev)
+let probing () = Atomic.get current_probe
+
+let next_number fn =
+  Mutex.protect book (fun () ->
+      let n = 1 + Option.value ~default:0 (Hashtbl.find_opt numbers fn) in
+      Hashtbl.replace numbers fn n;
+      n)
+
+(* Runs [f ()] as the driver call [fn]: counts the calling thread's
+   allocations inside it, raises the armed exception at its point, runs the
+   probe at each allocation.  A call inside a tracked call of the same thread
+   (none in practice) is not tracked apart. *)
+let around fn ?probe f =
+  if (not (Atomic.get enabled)) || fn = "facts" then f ()
+  else
+    let tid = self () in
+    if List.exists (fun t -> t.tid = tid && t.live) (Atomic.get trackers) then f ()
+    else begin
+      let nth = next_number fn in
+      let fire_at =
+        match Atomic.get armed with Some tg when tg.fn = fn && tg.nth = nth -> tg.at | _ -> 0
+      in
+      let probe = if Atomic.get probes_on then probe else None in
+      let t = { tid; fn; nth; fire_at; probe; allocs = 0; live = true; in_probe = false } in
+      let finish () =
+        update trackers (List.filter (fun x -> x != t));
+        if t.allocs > 0 then Mutex.protect book (fun () -> census_rev := (fn, nth, t.allocs) :: !census_rev)
+      in
+      update trackers (fun l -> t :: l);
+      match f () with
+      | v ->
+          t.live <- false;
+          finish ();
+          v
+      | exception e ->
+          t.live <- false;
+          finish ();
+          raise e
+    end
+
+(* A probe's finding, once per clause and probed function. *)
+let note clause detail =
+  Mutex.protect book (fun () ->
+      let key = String.sub detail 0 (min 24 (String.length detail)) in
+      if not (List.exists (fun (c, d) -> c = clause && String.starts_with ~prefix:key d) !findings_rev) then
+        findings_rev := (clause, detail) :: !findings_rev)
+
+(* Calls [g] from the callback at an allocation inside [inside]: a function
+   that takes no lock may be called there (LOCK-9); locate, peer and signaled
+   take none (LOCK-5).  A take of a lock the thread holds raises
+   Invalid_argument (LOCK-7) or, for a plain mutex, Sys_error; a lock left
+   counted changes rig_holds. *)
+let probe_call ~inside what g =
+  let before = P.holds () in
+  Atomic.set current_probe (Some (Printf.sprintf "%s from a callback inside %s" what inside));
+  let outcome = match g () with () -> None | exception e -> Some e in
+  Atomic.set current_probe None;
+  let after = P.holds () in
+  if after <> before then
+    note "LOCK-5"
+      (Printf.sprintf "%s called from a callback inside %s left rig_holds at %d, not %d" what inside after before);
+  match outcome with
+  | None -> ()
+  | Some (Invalid_argument s) ->
+      note "LOCK-5"
+        (Printf.sprintf "%s called from a callback inside %s raised Invalid_argument %S: it takes a lock" what
+           inside s)
+  | Some (Sys_error s) ->
+      note "LOCK-5"
+        (Printf.sprintf "%s called from a callback inside %s raised Sys_error %S: it takes a lock" what inside s)
+  | Some e ->
+      note "LOCK-9"
+        (Printf.sprintf "%s called from a callback inside %s raised %s" what inside (Printexc.to_string e))
+
+module Make (D : Rig_edge.Driver) = struct
+  type t = D.t
+  type region = D.region
+  type image = D.image
+
+  exception Fault = D.Fault
+
+  let key = D.key
+
+  (* The ledger of what rig made through this wrapper (ASYNC-1), and the
+     devices in play for the probes. *)
+  type dev = {
+    d : D.t;
+    word : D.region option;
+    mutable stopped : bool;
+    mutable regions : D.region list;
+    mutable last_value : int;
+  }
+
+  let ledger = Mutex.create ()
+  let devs : dev list ref = ref []
+
+  (* map_peer mappings, with the region each maps; a mapping whose free
+     raised may still map it, and rig then keeps that region, and its
+     device's word, for good (GUAR-2, spec/decisions.md). *)
+  let mappings : (D.region * D.region) list ref = ref []
+  let kept : D.region list ref = ref []
+  let images : (D.image * dev) list ref = ref []
+  let with_ledger f = Mutex.protect ledger f
+  let dev_of d = List.find_opt (fun x -> x.d == d) !devs
+
+  let add_region d r =
+    with_ledger (fun () -> Option.iter (fun x -> x.regions <- r :: x.regions) (dev_of d))
+
+  (* The probes of a call on [d]: signaled and locate of the word while [d]
+     is not stopped (rig reads the word until it frees it, after stop), peer
+     with every other device, locate of the call's region. *)
+  let probe_of ~inside ?region d =
+    let others, mine =
+      with_ledger (fun () -> (List.filter (fun x -> x.d != d) !devs, dev_of d))
+    in
+    Some
+      (fun () ->
+        (match mine with
+        | Some x when not x.stopped ->
+            probe_call ~inside "signaled" (fun () ->
+                match D.signaled d with _ -> () | exception D.Fault _ -> ());
+            Option.iter (fun w -> probe_call ~inside "locate of the word" (fun () -> ignore (D.locate d w))) x.word
+        | _ -> ());
+        List.iter (fun o -> probe_call ~inside "peer" (fun () -> ignore (D.peer d o.d))) others;
+        Option.iter (fun (on, r) -> probe_call ~inside "locate" (fun () -> ignore (D.locate on r))) region)
+
+  let call fn ?region d f = around fn ?probe:(probe_of ~inside:fn ?region d) f
+
+  let wrap_queue d (q : Rig_edge.queue) =
+    {
+      Rig_edge.room = (fun s -> call "room" d (fun () -> q.room s));
+      submit =
+        (fun s ~value ->
+          with_ledger (fun () -> Option.iter (fun x -> x.last_value <- max x.last_value value) (dev_of d));
+          call "submit" d (fun () -> q.submit s ~value));
+      commit = (fun () -> call "commit" d (fun () -> q.commit ()));
+    }
+
+  let facts d =
+    let f = D.facts d in
+    with_ledger (fun () ->
+        if dev_of d = None then
+          devs :=
+            { d; word = f.own_word; stopped = false; regions = Option.to_list f.own_word; last_value = 0 }
+            :: !devs);
+    { f with queue = wrap_queue d f.queue }
+
+  let locate d r =
+    let p = around "locate" (fun () -> D.locate d r) in
+    match p.reach with
+    | None -> p
+    | Some g -> { p with reach = Some (fun a -> call "reach" ~region:(d, r) d (fun () -> g a)) }
+
+  let peer d d' = around "peer" (fun () -> D.peer d d')
+
+  let alloc d m n =
+    let r = call "alloc" d (fun () -> D.alloc d m n) in
+    Option.iter (add_region d) r;
+    r
+
+  let free d r =
+    with_ledger (fun () -> Option.iter (fun x -> x.regions <- List.filter (( != ) r) x.regions) (dev_of d));
+    match call "free" ~region:(d, r) d (fun () -> D.free d r) with
+    | () -> ()
+    | exception e ->
+        with_ledger (fun () -> Option.iter (fun over -> kept := over :: !kept) (List.assq_opt r !mappings));
+        raise e
+
+  let map_peer d d' r =
+    let m = call "map_peer" ~region:(d', r) d (fun () -> D.map_peer d d' r) in
+    add_region d m;
+    with_ledger (fun () -> mappings := (m, r) :: !mappings);
+    m
+
+  let map_host d p n =
+    let m = call "map_host" d (fun () -> D.map_host d p n) in
+    add_region d m;
+    m
+
+  let dma d r ~fn = call "dma" ~region:(d, r) d (fun () -> D.dma d r ~fn)
+
+  let image d b =
+    let i = call "image" d (fun () -> D.image d b) in
+    (match i with
+    | Ok im -> with_ledger (fun () -> Option.iter (fun x -> images := (im, x) :: !images) (dev_of d))
+    | Error _ -> ());
+    i
+
+  let on_of i = with_ledger (fun () -> Option.map (fun x -> x.d) (List.assq_opt i !images))
+
+  let image_call fn i f =
+    match on_of i with Some d -> call fn d f | None -> around fn f
+
+  let entry i f = image_call "entry" i (fun () -> D.entry i f)
+  let prepare i f = image_call "prepare" i (fun () -> D.prepare i f)
+  let grow d = call "grow" d (fun () -> D.grow d)
+  let signaled d = around "signaled" (fun () -> D.signaled d)
+  let sleep d ~seen ~still_ms = call "sleep" d (fun () -> D.sleep d ~seen ~still_ms)
+
+  let stop d ~fault =
+    with_ledger (fun () -> Option.iter (fun x -> x.stopped <- true) (dev_of d));
+    around "stop" (fun () -> D.stop d ~fault)
+
+  let unload i =
+    let on = on_of i in
+    with_ledger (fun () -> images := List.filter (fun (i', _) -> i' != i) !images);
+    match on with Some d -> call "unload" d (fun () -> D.unload i) | None -> around "unload" (fun () -> D.unload i)
+
+  let leftovers () =
+    let ds, ims, kept =
+      with_ledger (fun () ->
+          let r = (List.rev !devs, !images, !kept) in
+          devs := [];
+          images := [];
+          mappings := [];
+          kept := [];
+          r)
+    in
+    List.concat_map
+      (fun (k, x) ->
+        let name = Printf.sprintf "device %d" (k + 1) in
+        if not x.stopped then [ name ^ " was never stopped" ]
+        else
+          (* rig frees and unloads only once the word reads the last value;
+             the word can be read while it is not freed. *)
+          let word_freed = match x.word with Some w -> not (List.memq w x.regions) | None -> true in
+          let reached =
+            word_freed || match D.signaled x.d with w -> w >= x.last_value | exception _ -> false
+          in
+          if not reached then []
+          else
+            let keeps = List.exists (fun r -> List.memq r kept) x.regions in
+            let left = List.filter (fun r -> not (List.memq r kept || (keeps && match x.word with Some w -> w == r | None -> false))) x.regions in
+            let regions = List.length left and imgs = List.length (List.filter (fun (_, y) -> y == x) ims) in
+            (if regions > 0 then [ Printf.sprintf "%s: %d region(s) never freed" name regions ] else [])
+            @ if imgs > 0 then [ Printf.sprintf "%s: %d image(s) never unloaded" name imgs ] else [])
+      (List.mapi (fun k x -> (k, x)) ds)
+end

@@ -1,0 +1,304 @@
+(* Lock discipline and signal probes; see lock_probes.mli. *)
+
+open Case
+module P = Rig_edge_primitives
+
+external gettid : unit -> int = "rig_lp_gettid"
+external kill_self : int -> unit = "rig_lp_kill_self"
+
+let spf = Printf.sprintf
+
+exception Skip of string
+
+(* ------------------------------------------------- /proc/self/task *)
+
+let tasks () =
+  Sys.readdir "/proc/self/task" |> Array.to_list |> List.filter_map int_of_string_opt |> List.sort compare
+
+(* The SigBlk line of a task's status, as a 64-bit set (bit n-1 for signal
+   n); None once the task is gone. *)
+let sigblk tid =
+  match open_in (spf "/proc/self/task/%d/status" tid) with
+  | exception Sys_error _ -> None
+  | ic ->
+      let rec find () =
+        match input_line ic with
+        | exception End_of_file -> None
+        | l when String.length l > 7 && String.sub l 0 7 = "SigBlk:" ->
+            Int64.of_string_opt ("0x" ^ String.trim (String.sub l 7 (String.length l - 7)))
+        | _ -> find ()
+      in
+      let r = try find () with Sys_error _ -> None in
+      close_in_noerr ic;
+      r
+
+(* The signal numbers of a 64-bit set. *)
+let signals_of set =
+  List.filter (fun n -> Int64.logand set (Int64.shift_left 1L (n - 1)) <> 0L) (List.init 64 (fun i -> i + 1))
+
+let task_name tid =
+  match open_in (spf "/proc/self/task/%d/comm" tid) with
+  | exception Sys_error _ -> "?"
+  | ic ->
+      let n = try String.trim (input_line ic) with _ -> "?" in
+      close_in_noerr ic;
+      n
+
+module Probe (Pk : Rig_edge.Package) = struct
+  module D = Pk.D
+
+  let openers () = P.masked Pk.openers
+
+  let first () = match openers () with o :: _ -> o | [] -> raise (Skip "the driver has no device")
+
+  (* Stops d and, once its word reads [last] (bounded), frees what the probe
+     made and the driver's own word; a word that never gets there leaves
+     them to the process's end. *)
+  let close d ?(images = []) ?(regions = []) last =
+    (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
+    let rec await k = if k > 0 && D.signaled d < last then (Thread.delay 0.002; await (k - 1)) in
+    await 2500;
+    if D.signaled d >= last then begin
+      List.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) regions;
+      List.iter (fun i -> try P.masked (fun () -> D.unload i) with _ -> ()) images;
+      Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) (D.facts d).own_word
+    end
+
+  (* Fills 4 bytes of [r] as value [v] on d's queue (grow as rig does) and
+     waits (bounded) for the word to read it. *)
+  let fill d r v =
+    let q = (D.facts d).queue in
+    let s = Rig_edge.encode [ Rig_edge.Fill { dst = (D.locate d r).handle; off = 0; len = 4; byte = v land 255 } ] in
+    let rec fit k =
+      match P.masked (fun () -> q.room s) with
+      | Rig_edge.Room -> true
+      | Grow -> k > 0 && (match P.masked (fun () -> D.grow d) with Rig_edge.Grown -> fit (k - 1) | Short _ -> false)
+    in
+    if fit 4 then begin
+      ignore (P.masked (fun () -> q.submit s ~value:v));
+      ignore (P.masked (fun () -> q.commit ()));
+      let rec await k =
+        let w = D.signaled d in
+        if w < v && k > 0 then begin
+          (try P.masked (fun () -> D.sleep d ~seen:w ~still_ms:20) with _ -> ());
+          await (k - 1)
+        end
+      in
+      await 250
+    end
+
+  (* ------------------------------------------------------------ LOCK-4 *)
+
+  (* openers and each opener's make, called while the thread holds a
+     counted lock of its own: each must raise Invalid_argument, and a
+     refused make must open nothing (no new thread in the process; a make
+     outside the lock still works). *)
+  let lock4 () =
+    let acc = ref [] in
+    let lock = P.Lock.create "prober" in
+    let in_lock f = P.Lock.protect lock (fun () -> P.masked f) in
+    (match in_lock Pk.openers with
+    | _ -> acc := finding "LOCK-4" "the capability (openers) called inside a lock returned instead of raising Invalid_argument" :: !acc
+    | exception Invalid_argument _ -> ()
+    | exception e ->
+        acc := finding "LOCK-4" "the capability (openers) called inside a lock raised %s, not Invalid_argument" (Printexc.to_string e) :: !acc);
+    let os = openers () in
+    if os = [] then raise (Skip "the driver has no device");
+    List.iter
+      (fun (o : D.t Rig_edge.opener) ->
+        let before = tasks () in
+        (match in_lock o.make with
+        | d ->
+            acc := finding "LOCK-4" "%s's make called inside a lock opened a device instead of raising Invalid_argument" o.name :: !acc;
+            close d 0
+        | exception Invalid_argument _ ->
+            let fresh = List.filter (fun t -> not (List.mem t before)) (tasks ()) in
+            if fresh <> [] then
+              acc :=
+                finding "LOCK-4" "%s's make raised Invalid_argument inside a lock but started %d thread(s) (%s): it changed something"
+                  o.name (List.length fresh) (String.concat ", " (List.map task_name fresh))
+                :: !acc
+        | exception e ->
+            acc := finding "LOCK-4" "%s's make called inside a lock raised %s, not Invalid_argument" o.name (Printexc.to_string e) :: !acc);
+        (* Nothing changed: the same make, outside the lock, still opens. *)
+        match P.masked o.make with
+        | d -> close d 0
+        | exception e ->
+            acc := finding "LOCK-4" "after a make refused inside a lock, %s's make outside it raised %s" o.name (Printexc.to_string e) :: !acc)
+      os;
+    List.rev !acc
+
+  (* ------------------------------------------------------------ SIG-8 *)
+
+  (* Every thread that appears while devices open and run work must block
+     every signal rig_mask blocks, for its life: checked on each new task's
+     SigBlk (/proc/self/task/<tid>/status) while the devices still run. *)
+  let sig8 ~seed =
+    (* The runtime's tick thread starts with the first OCaml thread: make
+       it exist before the first snapshot.  The probe starts no other. *)
+    Thread.join (Thread.create ignore ());
+    let own = gettid () in
+    let need = match P.masked (fun () -> sigblk own) with Some m -> m | None -> raise (Skip "no /proc/self/task status") in
+    let before = tasks () in
+    let os = openers () in
+    if os = [] then raise (Skip "the driver has no device");
+    let opened = List.filter_map (fun (o : D.t Rig_edge.opener) -> try Some (P.masked o.make) with _ -> None) os in
+    let work =
+      List.map
+        (fun d ->
+          match P.masked (fun () -> D.alloc d Rig_edge.Device 64) with
+          | Some r -> fill d r (1 + (seed mod 7)); (d, [ r ], 1 + (seed mod 7))
+          | None | (exception _) -> (d, [], 0))
+        opened
+    in
+    let fresh = List.filter (fun t -> not (List.mem t before)) (tasks ()) in
+    let acc =
+      List.filter_map
+        (fun tid ->
+          match sigblk tid with
+          | None -> None
+          | Some m ->
+              let open_ = Int64.logand need (Int64.lognot m) in
+              if open_ = 0L then None
+              else
+                Some
+                  (finding "SIG-8" "thread %d (%s), started while the driver's devices opened and ran work, lets signals %s through (SigBlk %016Lx; rig_mask blocks %016Lx)"
+                     tid (task_name tid)
+                     (String.concat "," (List.map string_of_int (signals_of open_)))
+                     m need))
+        fresh
+    in
+    List.iter (fun (d, regions, last) -> close d ~regions last) work;
+    acc
+
+  (* ------------------------------------------------------------ SIG-2 *)
+
+  (* Where SIGUSR1's handler ran: on which thread, in which call (or none),
+     inside a wait or not. *)
+  type run = { thread : int; call : string; waiting : bool }
+
+  let runs : run list ref = ref []
+  let in_call = ref ""
+
+  let handler _ =
+    runs := { thread = Thread.id (Thread.self ()); call = !in_call; waiting = P.in_wait () } :: !runs
+
+  (* [call name f] calls f as rig does, inside rig's mask, with SIGUSR1
+     sent to this thread first: blocked, it stays pending on this thread
+     until the mask opens, which a conforming driver does only inside a
+     wait; otherwise it runs once the call has returned (rig's restore). *)
+  let call name f =
+    P.masked (fun () ->
+        kill_self Sys.sigusr1;
+        in_call := name;
+        match f () with
+        | v -> in_call := ""; Ok v
+        | exception e -> in_call := ""; Error e)
+
+  let sig2 ~seed =
+    let self = Thread.id (Thread.self ()) in
+    let previous = Sys.signal Sys.sigusr1 (Sys.Signal_handle handler) in
+    Fun.protect ~finally:(fun () -> Sys.set_signal Sys.sigusr1 previous) @@ fun () ->
+    let o = first () in
+    let get name = function Ok v -> v | Error e -> raise (Skip (spf "%s raised %s" name (Printexc.to_string e))) in
+    let d = get "make" (call "make" o.make) in
+    let last = ref 0 in
+    let regions = ref [] and images = ref [] in
+    let finish () =
+      ignore (call "stop" (fun () -> D.stop d ~fault:None));
+      close d ~regions:!regions ~images:!images !last
+    in
+    Fun.protect ~finally:finish (fun () ->
+        (match get "alloc" (call "alloc" (fun () -> D.alloc d Rig_edge.Device 64)) with
+        | Some r ->
+            regions := [ r ];
+            ignore (call "dma" (fun () -> D.dma d r ~fn:(Option.value Pk.kit.bus_function ~default:"not a bus address")));
+            (* A submission, then sleeps: one that waits on the idle word,
+               one once the work's value shows. *)
+            let v = 1 + (seed mod 5) in
+            fill d r v;
+            last := v;
+            let w = D.signaled d in
+            ignore (call "sleep" (fun () -> D.sleep d ~seen:w ~still_ms:30));
+            ignore (call "sleep" (fun () -> D.sleep d ~seen:(w - 1) ~still_ms:30));
+            ignore (call "grow" (fun () -> D.grow d))
+        | None -> ());
+        match call "image" (fun () -> D.image d Pk.kit.binary) with
+        | Ok (Ok i) ->
+            images := [ i ];
+            let fn = List.find_opt (fun _ -> true) (List.filter_map Fun.id [ Pk.kit.spin; Pk.kit.hang; Pk.kit.fault ]) in
+            Option.iter
+              (fun f ->
+                ignore (call "prepare" (fun () -> D.prepare i f));
+                ignore (call "entry" (fun () -> D.entry i f)))
+              fn
+        | _ -> ());
+    (* Whatever is still pending runs now, outside any call. *)
+    ignore (Sys.opaque_identity (ref ()));
+    List.filter_map
+      (fun r ->
+        if r.thread = self && r.call <> "" && not r.waiting then
+          Some (finding "SIG-2" "SIGUSR1, sent before %s under rig's mask, ran its handler inside %s outside a wait: the driver unblocked signals outside its waits" r.call r.call)
+        else None)
+      (List.rev !runs)
+    |> List.sort_uniq compare
+
+  (* ------------------------------------------------------------ SIG-3 *)
+
+  (* While a sleep blocks on an idle device (still_ms 200), another OCaml
+     thread must run: it notes whether the sleep was in flight when it first
+     got to run.  A wait that keeps the runtime lets it run only after. *)
+  let sig3 ~seed:_ =
+    let d = P.masked (first ()).make in
+    let tat = Atomic.make 0. in
+    let sleeping = Atomic.make false and go = Atomic.make false and seen = Atomic.make None in
+    let t =
+      Thread.create
+        (fun () ->
+          while not (Atomic.get go) do Thread.yield () done;
+          Atomic.set tat (Unix.gettimeofday ());
+          Atomic.set seen (Some (Atomic.get sleeping)))
+        ()
+    in
+    let w = D.signaled d in
+    Atomic.set sleeping true;
+    Atomic.set go true;
+    let t0 = Unix.gettimeofday () in
+    let outcome = try P.masked (fun () -> D.sleep d ~seen:w ~still_ms:200); None with e -> Some e in
+    let t1 = Unix.gettimeofday () in
+    Thread.join t;
+    if Sys.getenv_opt "LP_DEBUG" <> None then Printf.eprintf "sleep %.4f..%.4f T at %.4f; T saw %s\n%!" 0. (t1 -. t0) (Atomic.get tat -. t0) (match Atomic.get seen with None -> "none" | Some b -> string_of_bool b);
+    Atomic.set sleeping false;
+    Thread.join t;
+    close d 0;
+    match (outcome, Atomic.get seen) with
+    | Some e, _ -> raise (Skip (spf "sleep on an idle device raised %s" (Printexc.to_string e)))
+    | None, Some false ->
+        [ finding "SIG-3" "while sleep blocked (still_ms 200, the word unmoved), no other OCaml thread ran: the wait's blocking step keeps the OCaml runtime" ]
+    | None, _ -> []
+end
+
+module type M = sig
+  val lock4 : unit -> finding list
+  val sig8 : seed:int -> finding list
+  val sig2 : seed:int -> finding list
+  val sig3 : seed:int -> finding list
+end
+
+let case name clause run =
+  {
+    name;
+    clauses = [ clause ];
+    run =
+      (fun (module Pk : Rig_edge.Package) ~seed ->
+        let module Pr = Probe (Pk) in
+        try Ran (run (module Pr : M) ~seed) with Skip why -> Not_applicable why);
+  }
+
+let cases =
+  [
+    case "probe.LOCK-4.refused-in-lock" "LOCK-4" (fun (module M : M) ~seed:_ -> M.lock4 ());
+    case "probe.SIG-2.handler-in-waits" "SIG-2" (fun (module M : M) ~seed -> M.sig2 ~seed);
+    case "probe.SIG-3.wait-releases-runtime" "SIG-3" (fun (module M : M) ~seed -> M.sig3 ~seed);
+    case "probe.SIG-8.driver-threads-blocked" "SIG-8" (fun (module M : M) ~seed -> M.sig8 ~seed);
+  ]

@@ -1,0 +1,23 @@
+(** Lock discipline and signal probes (driver side): LOCK-4, SIG-2, SIG-3,
+    SIG-8.
+
+    - [probe.LOCK-4.refused-in-lock]: the capability ([openers]) and each
+      opener's [make], called while the thread holds a counted lock of the
+      probe's ([Rig_edge_primitives.Lock.protect]), must raise
+      Invalid_argument; a refused make must start no thread, and the same
+      make outside the lock must still open.  Driver functions of the
+      signature are not probed: the document's Warning says nothing checks
+      them before they take a lock (rig calls them after its own check).
+    - [probe.SIG-2.handler-in-waits]: each call runs inside rig's mask with
+      SIGUSR1 sent to the calling thread first, so it stays pending there
+      until the mask opens; its OCaml handler must run only inside a wait
+      ({!Rig_edge_primitives.in_wait}) or once the call has returned.
+    - [probe.SIG-3.wait-releases-runtime]: while [sleep] blocks on an idle
+      device (still_ms 200), another OCaml thread must get to run.
+    - [probe.SIG-8.driver-threads-blocked]: every thread that appears in
+      /proc/self/task while the devices open and run work must block (its
+      SigBlk) every signal rig_mask blocks.
+
+    Each case checks exactly one clause. *)
+
+val cases : Case.t list
