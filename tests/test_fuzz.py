@@ -62,13 +62,14 @@ def test_trace_is_the_same_twice(fuzzer):
     seed = str(CORPUS / "short_and_reclaim")
     env = {"RIG_FUZZ_TRACE": "1"}
 
-    def steps():
-        return [l for l in run([fuzzer, seed], env=env).stderr.splitlines() if l[:4].strip().isdigit()]
+    def steps(proc):
+        return [l for l in proc.stderr.splitlines() if l[:4].strip().isdigit()]
 
-    first = steps()
-    assert len(first) > 5
+    first, second = run([fuzzer, seed], env=env), run([fuzzer, seed], env=env)
+    assert first.returncode == second.returncode == 0, (first.stderr[-2000:], second.stderr[-2000:])
+    assert len(steps(first)) > 5, first.stderr[-2000:]
     # handles differ between processes only by the process-wide counter: none here
-    assert first == steps()
+    assert steps(first) == steps(second), (first.stderr[-3000:], second.stderr[-3000:])
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))

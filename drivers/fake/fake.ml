@@ -33,6 +33,7 @@ external c_scratch : nativeint -> int -> int = "fake_stub_scratch"
 external c_unload : nativeint -> unit = "fake_stub_unload"
 external c_grow : cdev -> int = "fake_stub_grow"
 external c_sleep : cdev -> int -> int -> bool = "fake_stub_sleep"
+external c_sleep_holding : cdev -> int -> int -> bool = "fake_stub_sleep_holding"
 external c_fault_reason : cdev -> string = "fake_stub_fault_reason"
 external c_stop : cdev -> unit = "fake_stub_stop"
 external c_inject : int -> int -> int -> string -> unit = "fake_stub_inject"
@@ -100,6 +101,15 @@ let mutant_table =
     ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
     ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
     ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
+    (* OCaml side only (fake_core.c ignores these codes): the locks of alloc. *)
+    ("unlock-by-hand", "ASYNC-2", "alloc counts and takes a lock by hand and gives it back after the call, not in a handler", 30);
+    ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
+    ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
+    ("signaled-busy", "LOCK-9", "signaled raises while an alloc is running (a device channel it shares, no lock)", 33);
+    ("make-in-lock", "LOCK-4", "an opener's make opens a device also when called inside a lock", 34);
+    ("sleep-unmasks", "SIG-2", "sleep unblocks every signal for its whole run, not only around its wait", 35);
+    ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
+    ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
   ]
 
 (* The mutants of enum fake_mutant that the fuzzer (fuzz/room_grow_fuzz.c)
@@ -122,6 +132,13 @@ let m_prepare_reports = 10
 let m_stop_drops_word = 18
 let m_signaled_shadow = 23
 let m_free_touches_new = 20
+let m_unlock_by_hand = 30
+let m_alloc_in_protect_gap = 31
+let m_signaled_takes_lock = 32
+let m_signaled_busy = 33
+let m_make_in_lock = 34
+let m_sleep_unmasks = 35
+let m_sleep_keeps_runtime = 36
 
 (* The code of the mutant of devices opened from now on; 0 for none. *)
 let mutant = Atomic.make 0
@@ -233,6 +250,42 @@ let region_on dev stopped kind ptr =
 
 let region_of t kind ptr = region_on t.dev t.stopped kind ptr
 
+(* The lock of alloc, in the mutants that have one (the conforming driver
+   takes no lock of its own in OCaml).  Each mutant breaks one clause: *)
+let alloc_mutex = Mutex.create ()
+let alloc_lock = P.Lock.create "fake.alloc"
+let alloc_busy = Atomic.make 0
+
+let alloc_guard t f =
+  if t.mut = m_unlock_by_hand then begin
+    (* ASYNC-2: given back after the call, not in a handler. *)
+    P.hold ();
+    Mutex.lock alloc_mutex;
+    let v = f () in
+    Mutex.unlock alloc_mutex;
+    P.give ();
+    v
+  end
+  else if t.mut = m_alloc_in_protect_gap then begin
+    (* ASYNC-2: an allocation between the take and the handler. *)
+    P.hold ();
+    Mutex.lock alloc_mutex;
+    let pending = Sys.opaque_identity [ t.id; t.slot ] in
+    match f () with
+    | v -> Mutex.unlock alloc_mutex; P.give (); ignore (Sys.opaque_identity pending); v
+    | exception e -> Mutex.unlock alloc_mutex; P.give (); raise e
+  end
+  else if t.mut = m_signaled_takes_lock || t.mut = m_signaled_busy then begin
+    (* A correct lock (signaled-takes-lock), or a shared channel marked busy
+       with no lock (signaled-busy). *)
+    if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock f
+    else begin
+      Atomic.incr alloc_busy;
+      match f () with v -> Atomic.decr alloc_busy; v | exception e -> Atomic.decr alloc_busy; raise e
+    end
+  end
+  else f ()
+
 module D = struct
   type nonrec t = t
   type nonrec region = region
@@ -252,8 +305,9 @@ module D = struct
   let alloc t m n =
     counted t "alloc" (fun () ->
         if n <= 0 || n mod E.word <> 0 then invalid_arg "fake: alloc of a size not a positive multiple of 4";
-        let p = c_alloc t.dev (kind_code m) n in
-        if p = 0n then None else Some (region_of t (Memory m) p))
+        alloc_guard t (fun () ->
+            let p = c_alloc t.dev (kind_code m) n in
+            if p = 0n then None else Some (region_of t (Memory m) p)))
 
   let free t r =
     public "free" (fun () ->
@@ -386,11 +440,19 @@ module D = struct
     injected "signaled";
     if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0
     else if t.mut = m_signaled_shadow then Atomic.get t.shadow
+    else if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock (fun () -> c_word t.dev)
+    else if t.mut = m_signaled_busy && Atomic.get alloc_busy > 0 then failwith "fake: signaled while the channel is busy"
     else c_word t.dev
 
   let sleep t ~seen ~still_ms =
     counted t "sleep" (fun () ->
-        let faulted = P.wait (fun () -> c_sleep t.dev seen still_ms) in
+        let step = if t.mut = m_sleep_keeps_runtime then c_sleep_holding else c_sleep in
+        let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
+        let faulted =
+          Fun.protect
+            ~finally:(fun () -> Option.iter (fun m -> ignore (Thread.sigmask Unix.SIG_SETMASK m)) unmasked)
+            (fun () -> P.wait (fun () -> step t.dev seen still_ms))
+        in
         Atomic.set t.shadow (c_word t.dev);
         if faulted then raise (Fault (c_fault_reason t.dev)))
 
@@ -456,10 +518,12 @@ let openers () =
            E.name;
            make =
              (fun () ->
-               public (name ^ ".make") (fun () ->
-                   let t = open_device slot in
-                   Weak.set newest slot (Some t);
-                   t));
+               let body () =
+                 let t = open_device slot in
+                 Weak.set newest slot (Some t);
+                 t
+               in
+               if Atomic.get mutant = m_make_in_lock then P.masked body else public (name ^ ".make") body);
          })
        names)
 

@@ -342,6 +342,7 @@ struct fake_dev *fake_dev_open(const struct fake_config *cfg) {
    * blocks them itself. */
   sigset_t set, old;
   blocked_set(&set);
+  if (mutant(d, FAKE_M_WORKER_UNMASKED)) sigemptyset(&set);
   pthread_sigmask(SIG_BLOCK, &set, &old);
   pthread_t th;
   int rc = pthread_create(&th, NULL, worker_main, d);
@@ -688,7 +689,13 @@ static void block_signals(void) {
 
 static void *worker_main(void *arg) {
   struct fake_dev *d = arg;
-  block_signals(); /* SIG-8: signals run their handlers on the program's threads */
+  if (mutant(d, FAKE_M_WORKER_UNMASKED)) {
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+  } else {
+    block_signals(); /* SIG-8: signals run their handlers on the program's threads */
+  }
   dev_lock(d);
   for (;;) {
     /* A faulted device runs nothing more: the word stops moving. */

@@ -56,7 +56,9 @@ enum fake_mutant {
    * probes: */
   FAKE_M_GROW_WRITES_QUEUE,      /* QUEUE-1: grow puts its slots straight into the free pool */
   FAKE_M_WORD_RACE,              /* TIME-1: plain (non-atomic) word write and read: TSan */
-  FAKE_M_STOP_FREES_REGIONS      /* STOP-5: stop frees rig's regions: use after free (ASan) */
+  FAKE_M_STOP_FREES_REGIONS,     /* STOP-5: stop frees rig's regions: use after free (ASan) */
+  /* 30..36 live on the OCaml side (fake.ml). */
+  FAKE_M_WORKER_UNMASKED = 37    /* SIG-8: the worker thread leaves signals unblocked */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

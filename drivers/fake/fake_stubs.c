@@ -169,6 +169,12 @@ value fake_stub_sleep(value dev, value seen, value still_ms) {
   CAMLreturn(Val_bool(faulted));
 }
 
+/* The sleep-keeps-runtime mutant's step (SIG-3): it blocks holding the
+ * OCaml runtime, so no other OCaml thread runs meanwhile. */
+value fake_stub_sleep_holding(value dev, value seen, value still_ms) {
+  return Val_bool(fake_sleep(Dev_val(dev), (uint64_t)Long_val(seen), (int64_t)Long_val(still_ms)));
+}
+
 value fake_stub_fault_reason(value dev) {
   char buf[256];
   fake_fault_reason(Dev_val(dev), buf, sizeof buf);

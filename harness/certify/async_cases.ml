@@ -98,7 +98,7 @@ let check_point ~point ~(rerun : unit -> run) r =
     | Some where ->
         let left =
           List.map
-            (fun l -> finding "ASYNC-1" "after an asynchronous exception at %s (%s), rig left %s" at where l)
+            (fun l -> finding "ASYNC-1" "after an asynchronous exception at %s (%s) and every device's close, %s" at where l)
             r.left
         in
         let broke =
@@ -169,11 +169,15 @@ let run_case flow (pkg : (module Rig_edge.Package)) ~seed =
   with Scenarios.Needs what -> Not_applicable ("needs " ^ what)
 
 (* The flows run here: those that end quickly, so that a plain run can try
-   every allocation point of the first call of each function in-process. *)
+   every allocation point of the first call of each function in-process.
+   Left out: rig.sleep-in-flight, rig.release-kept and rig.hang-bound (their
+   runs wait), rig.free-under-work (5 s a plain run: each point waits for a
+   spin), rig.grow-rounds (about 3000 calls), rig.lock-discipline (calls
+   inside a lock on purpose). *)
 let flow_names =
   [ "rig.lifecycle"; "rig.fault"; "rig.exception-loses"; "rig.entry-invalid"; "rig.prepare-exception";
-    "rig.free-once"; "rig.peer-mapping"; "rig.pinned-fallback"; "rig.alloc-rounding"; "rig.free-under-work";
-    "rig.map-host-declared"; "rig.entry-rounds"; "rig.grow-rounds" ]
+    "rig.free-once"; "rig.peer-mapping"; "rig.pinned-fallback"; "rig.alloc-rounding";
+    "rig.map-host-declared"; "rig.entry-rounds" ]
 
 let cases =
   List.map (fun flow -> { name = prefix ^ flow; clauses; run = (fun pkg ~seed -> run_case flow pkg ~seed) }) flow_names

@@ -12,7 +12,8 @@
 
     Calls are numbered per function name, across threads, from 1, in the
     order they start; [facts] is never a target (rig has no device until it
-    returns).  Exactly one mode is active in a process at a time. *)
+    returns), nor [signaled] on a stopped device (rig polls it as often as
+    the timing makes it, and drops what it raises).  Exactly one mode is active in a process at a time. *)
 
 (** The asynchronous exception the harness raises: its text names the point. *)
 exception Async_interrupt of string

@@ -12,6 +12,7 @@ external mask : unit -> mask = "caml_rig_mask"
 external restore : mask -> unit = "caml_rig_restore"
 external unblock : unit -> unit = "caml_rig_unblock" [@@noalloc]
 external block : unit -> unit = "caml_rig_block" [@@noalloc]
+external in_wait : unit -> bool = "caml_rig_in_wait" [@@noalloc]
 external shield_begin : unit -> mask = "caml_rig_shield_begin"
 external shield_end : mask -> unit = "caml_rig_shield_end"
 external run_pending : unit -> unit = "caml_rig_run_pending"

@@ -67,6 +67,13 @@ val masked : (unit -> 'a) -> 'a
     while it blocks (SIG-3).  An exception a handler raises ends the wait. *)
 val wait : (unit -> 'a) -> 'a
 
+(** [in_wait ()] is whether the calling thread is inside a wait: between
+    the unblock right before a wait's blocking step (rig_unblock) and the
+    block right after it (rig_block), the handlers that step's end runs
+    included.  For the certifier's signal probes (SIG-2): a handler that
+    runs inside a driver call must see it true.  Not for drivers. *)
+val in_wait : unit -> bool
+
 (** [shield f] runs a finaliser's or an exit handler's body with all signals
     blocked, its waits included (SIG-7). *)
 val shield : (unit -> 'a) -> 'a

@@ -55,6 +55,12 @@ static void rig_blocked_set(sigset_t *set) {
 static __thread sigset_t premask;
 static __thread int masked_depth;
 
+/* Whether the calling thread is inside a wait: set by rig_unblock, cleared
+ * by rig_block (Rig_edge_primitives.in_wait; for the certifier's signal
+ * probes).  Set before the mask opens and cleared after it closes, so that
+ * a handler that runs while the mask is open sees it set. */
+static __thread int in_wait_flag;
+
 void rig_mask(sigset_t *old) {
   sigset_t set, prev;
   rig_blocked_set(&set);
@@ -69,6 +75,7 @@ void rig_restore(const sigset_t *old) {
 }
 
 void rig_unblock(void) {
+  in_wait_flag = 1;
   if (masked_depth > 0) pthread_sigmask(SIG_SETMASK, &premask, NULL);
 }
 
@@ -78,6 +85,7 @@ void rig_block(void) {
     rig_blocked_set(&set);
     pthread_sigmask(SIG_SETMASK, &set, NULL);
   }
+  in_wait_flag = 0;
 }
 
 void rig_shield_begin(sigset_t *old) {
@@ -111,6 +119,7 @@ value caml_rig_restore(value m) {
 
 value caml_rig_unblock(value unit) { (void)unit; rig_unblock(); return Val_unit; }
 value caml_rig_block(value unit) { (void)unit; rig_block(); return Val_unit; }
+value caml_rig_in_wait(value unit) { (void)unit; return Val_bool(in_wait_flag); }
 
 value caml_rig_shield_begin(value unit) {
   (void)unit;

@@ -96,6 +96,20 @@ module Make (D : Rig_edge.Driver) = struct
     | _ when fn = "prepare" -> M.is "lose-on-prepare-exn"
     | _ -> List.mem fn losing_fns && not (M.is "ignore-exception")
 
+  (* The no-stop-after-async mutant: an exception it does not know (an
+     asynchronous one) makes it forget the device: close neither stops nor
+     frees nor unloads it. *)
+  let recognised = function
+    | D.Fault _ | Invalid_argument _ | Failure _ | Not_found | Stdlib.Out_of_memory | Out_of_memory _ | Device_lost _ | Sys_error _ | End_of_file | Exit
+    | Division_by_zero | Stack_overflow ->
+        true
+    | _ -> false
+
+  let forget dev =
+    with_rig (fun () ->
+        dev.stopped <- true;
+        dev.released <- true)
+
   (* A counted call: counted, masked, its outcome recorded (a loss) before
      the mask is given back (SIG-1). *)
   let counted ?(mask = true) ?(count = true) dev fn f =
@@ -116,6 +130,7 @@ module Make (D : Rig_edge.Driver) = struct
     | exception e ->
         if loses fn e then lose dev (fn ^ ": " ^ Printexc.to_string e);
         finish ();
+        if M.is "no-stop-after-async" && not (recognised e) then forget dev;
         raise e
 
   (* The C functions: masked, counted where the device declares may_block (CNT-3). *)

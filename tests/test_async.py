@@ -1,0 +1,105 @@
+"""Asynchronous exceptions at every allocation point (ASYNC-1, ASYNC-2) and
+calls from a callback (LOCK-5, LOCK-9): the async.* cases and async-sweep.
+
+An injection point is FN:NTH:async@N, the N-th allocation inside the NTH call
+of FN; it replays exactly, and the census a plain run prints (CALLS fn#nth)
+is the same run after run.
+"""
+
+import json
+
+import pytest
+
+from conftest import CERTIFY_TIMEOUT, ROOT, rig
+
+CASE = "async.rig.free-once"
+
+
+def lines(proc, tag):
+    return [l.split("\t")[1:] for l in proc.stdout.splitlines() if l.startswith(tag + "\t")]
+
+
+def census(case=CASE, *extra):
+    proc = rig("run", "--case", case, "--seed", "1", *extra)
+    assert "DONE" in proc.stdout.splitlines(), proc.stdout + proc.stderr
+    return proc, [(fn, int(n)) for fn, n in lines(proc, "CALLS")]
+
+
+def test_census_is_deterministic():
+    _, first = census()
+    _, second = census()
+    assert first == second
+    assert first, "the census found no allocation inside a driver call"
+    assert all("#" in fn and n > 0 for fn, n in first)
+
+
+def test_plain_run_passes_on_the_conforming_pair():
+    proc, _ = census()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert lines(proc, "FINDING") == []
+
+
+@pytest.mark.parametrize("mutant,clause", [
+    ("unlock-by-hand", "ASYNC-2"),
+    ("alloc-in-protect-gap", "ASYNC-2"),
+    ("signaled-takes-lock", "LOCK-5"),
+    ("signaled-busy", "LOCK-9"),
+    ("no-stop-after-async", "ASYNC-1"),
+])
+def test_mutant_flagged_with_its_clause(mutant, clause):
+    proc, _ = census(CASE, "--mutant", mutant)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert {f[0] for f in lines(proc, "FINDING")} == {clause}
+
+
+def replay(point, *extra):
+    proc = rig("run", "--case", CASE, "--seed", "1", "--inject", point, *extra)
+    assert "DONE" in proc.stdout.splitlines(), proc.stdout + proc.stderr
+    return proc.returncode, lines(proc, "FINDING")
+
+
+def test_replay_of_a_failing_point_gives_the_same_findings_twice():
+    first = replay("alloc:1:async@6", "--mutant", "unlock-by-hand")
+    assert first[0] == 1 and {f[0] for f in first[1]} == {"ASYNC-2"}
+    assert replay("alloc:1:async@6", "--mutant", "unlock-by-hand") == first
+
+
+def test_replay_of_every_point_of_one_call_is_clean_and_repeatable():
+    _, calls = census()
+    n = dict(calls)["alloc#1"]
+    for at in range(1, n + 1):
+        point = f"alloc:1:async@{at}"
+        assert replay(point) == (0, []), point
+        assert replay(point) == (0, []), point
+
+
+def test_async_inject_is_only_for_async_cases():
+    proc = rig("run", "--case", "rig.free-once", "--seed", "1", "--inject", "alloc:1:async@1")
+    assert proc.returncode == 2
+    proc = rig("run", "--case", CASE, "--seed", "1", "--inject", "alloc:1:async@0")
+    assert proc.returncode == 2
+
+
+def test_async_sweep_of_one_scenario_passes(tmp_path):
+    report = tmp_path / "async.json"
+    proc = rig("async-sweep", "--case", CASE, "-j", "2", "--max-alloc", "8", "--report", report,
+               timeout=CERTIFY_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    injected = [r for r in data["runs"] if r["inject"]]
+    assert injected and all("async@" in r["inject"] for r in injected)
+    verdicts = {c["id"]: c["verdict"] for c in data["clauses"]}
+    assert all(verdicts[c] == "pass" for c in ("ASYNC-1", "ASYNC-2", "LOCK-5", "LOCK-9"))
+
+
+def test_async_sweep_shards_are_disjoint_and_whole(tmp_path):
+    def runs(*shard):
+        report = tmp_path / f"s{'-'.join(shard) or 'all'}.json".replace("/", "_")
+        proc = rig("async-sweep", "--case", CASE, "-j", "2", "--max-alloc", "3", "--report", report, *shard,
+                   timeout=CERTIFY_TIMEOUT)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return {r["inject"] for r in json.loads(report.read_text())["runs"] if r["inject"]}
+
+    whole = runs()
+    parts = [runs("--shard", f"{i}/2") for i in (1, 2)]
+    assert parts[0].isdisjoint(parts[1]) and parts[0] | parts[1] == whole

@@ -1,0 +1,77 @@
+"""The lock-discipline and signal probes (harness/certify/lock_probes.ml).
+
+- Each broken driver of drivers/broken whose "Breaks" line names LOCK-4,
+  SIG-2, SIG-3 or SIG-8 is flagged, on those clauses, with exactly its own.
+- The fake driver and hostmem are clean on every LOCK-* and SIG-* clause over
+  seeds 1..3, and the four probed clauses pass (not n/a).
+
+The plugins are built as tests/test_third_party.py builds them.  Every
+subprocess runs under a timeout; nothing sleeps or times anything here.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import ROOT, ensure_rig
+from test_third_party import BROKEN, HOSTMEM_PLUGIN, ocaml_env
+
+BUILD_TIMEOUT = 1800
+CERTIFY_TIMEOUT = 600
+
+PROBED = {"LOCK-4", "SIG-2", "SIG-3", "SIG-8"}
+ONLY = ",".join(sorted(PROBED))
+
+MINE = [(n, p, c) for n, p, c in BROKEN if c in PROBED]
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    ensure_rig()
+    targets = [HOSTMEM_PLUGIN] + [p for _, p, _ in MINE]
+    targets = [t.replace("_build/default/", "", 1) for t in targets]
+    proc = subprocess.run(
+        ["dune", "build", *targets],
+        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=ocaml_env(),
+    )
+    assert proc.returncode == 0, f"dune build of the plugins failed:\n{(proc.stdout + proc.stderr)[-4000:]}"
+    return targets
+
+
+def certify(tmp_path, driver, *args):
+    """Runs certify; (exit code, {clause id: clause object}, output)."""
+    report = tmp_path / f"{driver}.json"
+    proc = subprocess.run(
+        [ensure_rig(), "certify", "--driver", driver, "--report", str(report), "--no-color", "--no-sweep", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT,
+    )
+    assert report.is_file(), f"certify wrote no report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    data = json.loads(report.read_text(encoding="utf-8"))
+    return proc.returncode, {c["id"]: c for c in data["clauses"]}, proc.stdout + proc.stderr
+
+
+def failing(clauses):
+    return {cid for cid, c in clauses.items() if c["verdict"] == "fail"}
+
+
+def test_each_probed_clause_has_a_broken_driver():
+    assert {c for _, _, c in MINE} == PROBED, MINE
+
+
+@pytest.mark.parametrize("name,plugin,clause", [pytest.param(n, p, c, id=f"{c}-{n}") for n, p, c in MINE])
+def test_broken_flagged_with_exactly_its_clause(plugins, tmp_path, name, plugin, clause):
+    code, clauses, out = certify(tmp_path, name, "--plugin", plugin, "--only", ONLY, "--seeds", "3")
+    assert failing(clauses) == {clause}, out
+    assert code == 1, out
+    assert clauses[clause].get("repro"), clauses[clause]
+
+
+@pytest.mark.parametrize("driver", ["fake", "hostmem"])
+def test_conforming_drivers_clean(plugins, tmp_path, driver):
+    extra = ["--plugin", HOSTMEM_PLUGIN] if driver == "hostmem" else []
+    code, clauses, out = certify(tmp_path, driver, *extra, "--only", "LOCK-*,SIG-*", "--seeds", "3")
+    assert failing(clauses) == set(), out
+    assert code == 0, out
+    for cid in sorted(PROBED):
+        assert clauses[cid]["verdict"] == "pass", f"{cid}: {clauses[cid]}"
