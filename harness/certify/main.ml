@@ -156,7 +156,9 @@ let scenario_files =
 
 (* The rig-side cases: what a sweep injects failures into. *)
 let rig_cases = Scenarios.cases @ scenario_files
-let all_cases = Probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ rig_cases @ Async_cases.cases
+let all_cases =
+  Probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Edge_checks.cases @ rig_cases
+  @ Async_cases.cases
 
 (* Cases that check at least one of the clauses. *)
 let cases_for (clauses : Catalog.clause list) =
@@ -274,6 +276,8 @@ let apply_mutant (drv : Drivers.t) = function
   | None -> ()
   | Some m ->
       if List.exists (fun (n, _, _) -> n = m) Rig_mutant.all then Rig_mutant.set (Some m)
+      else if List.exists (fun (n, _, _) -> n = m) Rig_edge_primitives.Mutant.all then
+        Rig_edge_primitives.Mutant.set (Some m)
       else if List.exists (fun (n, _, _) -> n = m) drv.mutants then drv.set_mutant (Some m)
       else usage_error "no mutant %S of the reference rig or of this driver (see rig-conform list)" m
 
@@ -313,6 +317,7 @@ let selftest args =
   let report = Option.value o.report ~default:"out/selftest/report.json" in
   let mutants =
     List.map (fun (n, c, w) -> (n, c, w, "rig")) Rig_mutant.all
+    @ List.map (fun (n, c, w) -> (n, c, w, "edge")) Rig_edge_primitives.Mutant.all
     @ List.map (fun (n, c, w) -> (n, c, w, "driver " ^ o.driver)) drv.mutants
   in
   let checked = List.sort_uniq compare (List.concat_map (fun (c : Case.t) -> c.clauses) all_cases) in
@@ -496,6 +501,8 @@ let list args =
   List.iter (fun (c : Case.t) -> Printf.printf "  %-32s %s\n" c.name (String.concat " " c.clauses)) all_cases;
   print_endline "mutants of the reference rig:";
   List.iter (fun (n, c, w) -> Printf.printf "  %-26s %-8s %s\n" n c w) Rig_mutant.all;
+  print_endline "mutants of the edge primitives:";
+  List.iter (fun (n, c, w) -> Printf.printf "  %-26s %-8s %s\n" n c w) Rig_edge_primitives.Mutant.all;
   Printf.printf "mutants of driver %s:\n" o.driver;
   List.iter (fun (n, c, w) -> Printf.printf "  %-26s %-8s %s\n" n c w) drv.mutants
 

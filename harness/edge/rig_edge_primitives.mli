@@ -84,3 +84,16 @@ val spawn : (unit -> unit) -> Thread.t
 
 (** The signals rig_mask leaves unblocked because a fault raises them. *)
 val fault_signals : int list
+
+(** {1 The self-test's edge mutants}
+
+    Not for drivers: knobs that each break one edge clause (LOCK-7, SIG-4,
+    SIG-5), so that the certifier's edge checks are proven to fail.  None is
+    active unless the self-test sets one. *)
+module Mutant : sig
+  (** [(name, clause, what it breaks)] *)
+  val all : (string * string * string) list
+
+  (** Invalid_argument for an unknown name. *)
+  val set : string option -> unit
+end
