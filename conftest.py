@@ -84,7 +84,8 @@ def parse_list():
     """(cases, mutants) from `rig-conform list`:
     cases   {case name: [clause IDs it checks]} in the listed order;
     mutants [(name, clause, side)], side "rig" for mutants of the reference
-            rig and "driver" for mutants of the driver."""
+            rig, "edge" for those of the edge primitives and "driver" for
+            mutants of the driver."""
     proc = rig("list")
     if proc.returncode != 0:
         raise RigError(f"`rig-conform list` exited {proc.returncode}: {proc.stderr}")
@@ -99,6 +100,8 @@ def parse_list():
                 section = "cases"
             elif head == "mutants of the reference rig:":
                 section = "rig"
+            elif head == "mutants of the edge primitives:":
+                section = "edge"
             elif head.startswith("mutants of driver") and head.endswith(":"):
                 section = "driver"
             else:
@@ -109,7 +112,7 @@ def parse_list():
             if len(words) < 2:
                 raise RigError(f"`rig-conform list`: case line without clauses: {line!r}")
             cases[words[0]] = words[1:]
-        elif section in ("rig", "driver"):
+        elif section in ("rig", "edge", "driver"):
             if len(words) < 2:
                 raise RigError(f"`rig-conform list`: bad mutant line {line!r}")
             mutants.append((words[0], words[1], section))

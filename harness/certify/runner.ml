@@ -65,6 +65,14 @@ let last_lines n text =
   let k = List.length lines in
   String.concat " | " (List.filteri (fun i _ -> i >= k - n) lines)
 
+(* OCaml's numbers for signals are its own: name the common ones. *)
+let signal_name s =
+  let names =
+    Sys.[ (sigsegv, "SIGSEGV"); (sigabrt, "SIGABRT"); (sigbus, "SIGBUS"); (sigfpe, "SIGFPE"); (sigill, "SIGILL");
+          (sigkill, "SIGKILL"); (sigterm, "SIGTERM"); (sigint, "SIGINT"); (sigtrap, "SIGTRAP"); (sigsys, "SIGSYS") ]
+  in
+  match List.assoc_opt s names with Some n -> n | None -> Printf.sprintf "signal %d" s
+
 let parse j ~status ~out ~err =
   let lines = String.split_on_char '\n' out in
   let done_ = List.mem "DONE" lines in
@@ -83,7 +91,7 @@ let parse j ~status ~out ~err =
   match (done_, status) with
   | true, _ -> ( match na with Some why when findings = [] -> Not_applicable why | _ -> Findings findings)
   | false, Unix.WSIGNALED s ->
-      Crashed (Printf.sprintf "killed by signal %d; last output: %s" s (last_lines 5 (out ^ err)))
+      Crashed (Printf.sprintf "killed by %s; last output: %s" (signal_name s) (last_lines 5 (out ^ err)))
   | false, (Unix.WEXITED c | Unix.WSTOPPED c) ->
       Crashed (Printf.sprintf "exited %d before its end; last output: %s" c (last_lines 5 (out ^ err)))
 

@@ -1,0 +1,43 @@
+(* Drivers that die or never answer, to show that the certifier turns a
+   crash or a hang into a verdict and still writes its whole report.  Each
+   is hostmem with one function replaced:
+   - crashing-segfault: alloc dies of a segmentation fault;
+   - crashing-abort: stop aborts the process;
+   - crashing-locate-spins: locate never returns;
+   - crashing-stop-hangs: stop never returns. *)
+
+external segfault : unit -> unit = "crashing_segfault"
+external abort : unit -> unit = "crashing_abort"
+
+let rec forever () = Thread.yield (); forever ()
+
+let register name (module D : Rig_edge.Driver with type t = Hostmem.D.t and type region = Hostmem.D.region and type image = Hostmem.D.image) =
+  Rig_edge_registry.register
+    (module struct
+      module D = D
+      let name = name
+      let openers = Hostmem.openers
+      let kit = Hostmem.kit
+    end : Rig_edge.Package)
+
+let () =
+  register "crashing-segfault"
+    (module struct
+      include Hostmem.D
+      let alloc _ _ _ = segfault (); None
+    end);
+  register "crashing-abort"
+    (module struct
+      include Hostmem.D
+      let stop _ ~fault:_ = abort ()
+    end);
+  register "crashing-locate-spins"
+    (module struct
+      include Hostmem.D
+      let locate _ _ = forever ()
+    end);
+  register "crashing-stop-hangs"
+    (module struct
+      include Hostmem.D
+      let stop _ ~fault:_ = forever ()
+    end)

@@ -1,0 +1,46 @@
+"""Drivers that crash or hang (drivers/crashing): each run ends in a crash or
+timeout verdict naming how, the certifier exits 1, and its report still holds
+every clause of the catalog with a replay line for each failure."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import BUILD_TIMEOUT, CERTIFY_TIMEOUT, CLAUSES_TSV, ROOT, ensure_rig
+from test_third_party import ocaml_env
+
+PLUGIN = "_build/default/drivers/crashing/crashing.cmxs"
+
+# Each driver, and what the evidence of its failing clauses must say.
+DRIVERS = {
+    "crashing-segfault": "killed by SIGSEGV",
+    "crashing-abort": "killed by SIGABRT",
+    "crashing-locate-spins": "did not end within",
+    "crashing-stop-hangs": "did not end within",
+}
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    ensure_rig()
+    proc = subprocess.run(["dune", "build", PLUGIN.replace("_build/default/", "", 1)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=ocaml_env())
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return PLUGIN
+
+
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+def test_a_crash_or_a_hang_is_a_verdict_and_the_report_is_whole(plugin, driver, tmp_path):
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [ensure_rig(), "certify", "--plugin", plugin, "--driver", driver, "--no-sweep", "--no-color",
+         "--seeds", "1", "--timeout", "4", "--only", "MEM-2,STOP-2,CNT-1", "--report", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT,
+    )
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    data = json.loads(report.read_text())
+    ids = [l.split("\t")[0] for l in CLAUSES_TSV.read_text().splitlines()[1:] if l.strip()]
+    assert [c["id"] for c in data["clauses"]] == ids
+    fails = [c for c in data["clauses"] if c["verdict"] == "fail"]
+    assert fails and all(DRIVERS[driver] in c["evidence"] and c["repro"] for c in fails)
