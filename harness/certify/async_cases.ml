@@ -13,6 +13,11 @@ let prefix = "async."
    allocation up to this many of the first call of each function. *)
 let plain_max_alloc = 12
 
+(* Seconds a plain run spends trying points in-process: a slow driver (a
+   stop that waits, say) gets the points that fit; async-sweep tries them
+   all, each in its own process. *)
+let plain_budget_s = 20.
+
 (* Seconds one run of a flow may take before the watchdog reports a hang. *)
 let watch_seconds = 20.
 
@@ -161,8 +166,10 @@ let run_case flow (pkg : (module Rig_edge.Package)) ~seed =
                 else [])
               base.census
           in
+          let started = Unix.gettimeofday () in
           let rec go = function
             | [] -> []
+            | _ when Unix.gettimeofday () -. started > plain_budget_s -> []
             | p :: rest -> ( match injected p with [] -> go rest | fs -> fs)
           in
           Ran (go points)
