@@ -147,3 +147,15 @@ def test_junit_and_markdown_reports_hold_every_clause(tmp_path):
     assert int(suite.get("tests")) == len(ids) and int(suite.get("failures")) == 0
     rows = [l for l in (tmp_path / "formats.md").read_text().splitlines() if l.startswith("| ") and "---" not in l]
     assert [r.split(" | ")[0][2:] for r in rows[1:]] == ids
+
+
+def test_a_random_fault_plan_is_drawn_again_from_its_seed(tmp_path):
+    def plan(name):
+        report = tmp_path / f"{name}.json"
+        proc = rig("sweep", "--only", "EXC-*,GUAR-1", "--random", "15", "--seed", "7", "-j", "2", "--no-color",
+                   "--report", str(report), timeout=CERTIFY_TIMEOUT)
+        assert proc.returncode == 0, proc.stdout[-2000:]
+        return sorted((r["case"], r["inject"]) for r in json.loads(report.read_text())["runs"] if r["inject"])
+    first = plan("a")
+    assert len(first) == 15
+    assert first == plan("b")

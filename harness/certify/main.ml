@@ -28,10 +28,11 @@ Usage:
       Proves the checks: each mutant of the fake driver and of the reference rig must be
       flagged with exactly its clause, and the conforming pair with nothing across N seeds
       (default 20).  Writes out/selftest/report.json.
-  rig-conform sweep [--only IDS] [-j N] [--shard I/N] [--report PATH]
+  rig-conform sweep [--only IDS] [-j N] [--shard I/N] [--random N [--seed S]] [--report PATH]
       Systematic fault injection: runs each rig-side scenario once per driver call and
       failure kind the document allows there, failing just that call, and checks what
-      the validation layer sees.  Writes out/sweep/report.json.  Exit 1 on any failure.
+      the validation layer sees.  --random N runs N of those points, drawn from the seed (a
+      random fault plan).  Writes out/sweep/report.json.  Exit 1 on any failure.
   rig-conform async-sweep [--case NAME] [--max-alloc N] [-j N] [--shard I/N] [--report PATH]
       Asynchronous exceptions at every allocation point: counts the allocations of each
       driver call of each async.* case, then runs the case once per call and allocation
@@ -74,6 +75,7 @@ type opts = {
   mutable inject : Injection.t option;
   mutable shard : (int * int) option;  (* i of n, from 1 *)
   mutable sweep : bool;
+  mutable random : int option;
   mutable junit : string option;
   mutable markdown : string option;
   mutable color : bool;
@@ -95,7 +97,7 @@ let positive name s =
 let parse_opts args ~allowed =
   let o =
     { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = 60.; report = None; case = None;
-      mutant = None; plugins = []; inject = None; shard = None; sweep = true; junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
+      mutant = None; plugins = []; inject = None; shard = None; sweep = true; random = None; junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
   in
   let rec go = function
     | [] -> ()
@@ -105,6 +107,7 @@ let parse_opts args ~allowed =
         usage_error "unknown option %s for this subcommand" flag
     | "--no-color" :: rest -> o.color <- false; go rest
     | "--no-sweep" :: rest -> o.sweep <- false; go rest
+    | "--random" :: v :: rest -> o.random <- Some (positive "--random" v); go rest
     | flag :: [] when flag.[0] = '-' -> usage_error "%s needs a value" flag
     | "--driver" :: v :: rest -> o.driver <- v; go rest
     | "--only" :: v :: rest -> o.only <- o.only @ List.filter (( <> ) "") (String.split_on_char ',' v); go rest
@@ -203,6 +206,16 @@ let run_jobs o ~what jobs =
 
 (* ---- systematic fault injection (fail-nth) ---- *)
 
+(* --random N: N of the points, drawn from the seed (--seed, default 1): a
+   random fault plan that the same seed draws again. *)
+let random_plan o points =
+  match o.random with
+  | None -> points
+  | Some n ->
+      let st = Random.State.make [| (match o.seeds with [ s ] -> s | _ -> 1) |] in
+      let tagged = List.map (fun p -> (Random.State.bits st, p)) points in
+      List.sort compare tagged |> List.filteri (fun i _ -> i < n) |> List.map snd
+
 (* Counts the calls each rig-side case makes (a clean run, seed 1), then
    runs it once per call and failure kind the document allows there, with
    just that call failed.  Answers the injected runs, and [with_census] the
@@ -221,6 +234,7 @@ let sweep_runs ?(with_census = false) o cases =
               (Injection.kinds_for fn))
           r.calls)
       census
+    |> random_plan o
     |> in_shard o
   in
   Printf.printf "sweep: %d injection points%s\n%!" (List.length points)
@@ -381,7 +395,10 @@ let selftest args =
 (* ---- sweep: systematic fault injection (fail-nth) ---- *)
 
 let sweep args =
-  let o = parse_opts args ~allowed:[ "--driver"; "--plugin"; "--only"; "-j"; "--timeout"; "--report"; "--shard"; "--no-color" ] in
+  let o =
+    parse_opts args
+      ~allowed:[ "--driver"; "--plugin"; "--only"; "-j"; "--timeout"; "--report"; "--shard"; "--random"; "--seed"; "--no-color" ]
+  in
   let drv = driver_of o in
   if drv.inject = None then usage_error "driver %S has no fault injection to sweep with" o.driver;
   let report = Option.value o.report ~default:"out/sweep/report.json" in
