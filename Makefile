@@ -55,6 +55,7 @@ install: build
 	install -d $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig
 	install -m 644 include/rig_edge.h $(PREFIX)/include/rig_edge.h
 	install -m 755 $(RIG_CONFORM) $(PREFIX)/bin/rig-conform
+	ln -sf rig-conform $(PREFIX)/bin/rig-cert
 	sed 's|@PREFIX@|$(PREFIX)|' tools/rig_edge.pc.in > $(PREFIX)/lib/pkgconfig/rig_edge.pc
 
 clean:
