@@ -81,15 +81,32 @@ let main args =
     (j, points, wall, code)
   in
   let sweeps = List.map sweep [ 1; 2 ] in
+  (* The second bundled driver, as a plugin: certify at -j1 and -j2. *)
+  let hostmem j =
+    let t0 = Unix.gettimeofday () in
+    let code =
+      Sys.command
+        (Printf.sprintf
+           "%s certify --plugin _build/default/drivers/hostmem/hostmem.cmxs --driver hostmem -j %d --no-color --report %s > /dev/null 2>&1"
+           (Filename.quote Sys.executable_name) j
+           (Filename.quote (Filename.concat (Filename.dirname !report) (Printf.sprintf "hostmem-j%d.json" j))))
+    in
+    let wall = Unix.gettimeofday () -. t0 in
+    Printf.printf "certify hostmem (3 seeds) -j %d: %.1f s, exit %d\n%!" j wall code;
+    (j, wall, code)
+  in
+  let hostmems = List.map hostmem [ 1; 2 ] in
   ignore (Sys.command (Printf.sprintf "mkdir -p %s" (Filename.quote (Filename.dirname !report))));
   Out_channel.with_open_bin !report (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-bench/1\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": {\"driver\": \"fake\", \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"sweep\": [%s]\n}\n"
+        "{\n  \"format\": \"rig-conform-bench/1\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": {\"driver\": \"fake\", \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"sweep\": [%s],\n  \"certify_hostmem\": [%s]\n}\n"
         iterations bare wrapped (wrapped /. bare) !jobs certify_s code
         (String.concat ", "
            (List.map
               (fun (j, points, wall, code) ->
                 Printf.sprintf "{\"jobs\": %d, \"points\": %d, \"wall_s\": %.2f, \"points_per_s\": %.1f, \"exit\": %d}" j
                   points wall (float points /. wall) code)
-              sweeps)));
+              sweeps))
+        (String.concat ", "
+           (List.map (fun (j, wall, code) -> Printf.sprintf "{\"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d}" j wall code) hostmems)));
   Printf.printf "report: %s\n" !report

@@ -59,6 +59,7 @@ Options:
                     or, for the async.* cases, K = async@A: an asynchronous exception at the
                     A-th allocation inside that call
   --no-sweep        (certify) skip the systematic fault-injection sweep
+  --list            (certify) the clauses, the cases that check each, the driver's kit; runs nothing
   --no-color        no colour (also when NO_COLOR is set or stdout is not a terminal)
 |}
 
@@ -76,6 +77,7 @@ type opts = {
   mutable shard : (int * int) option;  (* i of n, from 1 *)
   mutable sweep : bool;
   mutable random : int option;
+  mutable list : bool;
   mutable junit : string option;
   mutable markdown : string option;
   mutable color : bool;
@@ -97,7 +99,7 @@ let positive name s =
 let parse_opts args ~allowed =
   let o =
     { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = 60.; report = None; case = None;
-      mutant = None; plugins = []; inject = None; shard = None; sweep = true; random = None; junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
+      mutant = None; plugins = []; inject = None; shard = None; sweep = true; random = None; list = false; junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
   in
   let rec go = function
     | [] -> ()
@@ -107,6 +109,7 @@ let parse_opts args ~allowed =
         usage_error "unknown option %s for this subcommand" flag
     | "--no-color" :: rest -> o.color <- false; go rest
     | "--no-sweep" :: rest -> o.sweep <- false; go rest
+    | "--list" :: rest -> o.list <- true; go rest
     | "--random" :: v :: rest -> o.random <- Some (positive "--random" v); go rest
     | flag :: [] when flag.[0] = '-' -> usage_error "%s needs a value" flag
     | "--driver" :: v :: rest -> o.driver <- v; go rest
@@ -246,10 +249,32 @@ let rig_cases_of selected =
 
 (* ---- certify ---- *)
 
+(* certify --list: what would be checked, without running the driver: each
+   clause with the cases that check it, and what the driver's kit declares
+   (a case whose kit item is missing comes out n/a when it runs). *)
+let list_clauses (drv : Drivers.t) selected =
+  let (module P : Rig_edge.Package) = drv.package in
+  let k = P.kit in
+  let item name = function Some _ -> name | None -> name ^ " (none)" in
+  Printf.printf "driver %s; kit: image, %s, %s, %s, %s, %s, %s\n" P.name
+    (item "refused binary" k.refused_binary) (item "spin" k.spin) (item "fault" k.fault) (item "hang" k.hang)
+    (item "scratch" k.scratch) (item "bus function" k.bus_function);
+  List.iter
+    (fun (c : Catalog.clause) ->
+      let mine = List.filter (fun (case : Case.t) -> List.mem c.id case.clauses) all_cases in
+      let names = List.map (fun (case : Case.t) -> case.name) mine in
+      Printf.printf "%-8s %-6s %s\n" c.id c.side
+        (if mine = [] then "unchecked: " ^ Report.why_unchecked c.id else String.concat " " names))
+    selected
+
+(* ---- certify ---- *)
+
 let certify args =
   let o =
     parse_opts args
-      ~allowed:[ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--junit"; "--markdown"; "--shard"; "--no-sweep"; "--no-color" ]
+      ~allowed:
+        [ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--junit"; "--markdown";
+          "--shard"; "--no-sweep"; "--list"; "--no-color" ]
   in
   let drv = driver_of o in
   let seeds = if o.seeds = [] then [ 1; 2; 3 ] else o.seeds in
@@ -258,6 +283,7 @@ let certify args =
     if o.only = [] then Catalog.all
     else match Catalog.select o.only with Ok l -> l | Error p -> usage_error "--only: %S names no clause of the catalog" p
   in
+  if o.list then (list_clauses drv selected; exit 0);
   let cases = cases_for selected in
   let jobs =
     List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None; inject = None }) seeds) cases

@@ -18,6 +18,10 @@ type line = {
     whose cases were all not applicable is [Na]; otherwise [Pass]. *)
 val verdicts : cases:Case.t list -> selected:Catalog.clause list -> Runner.result list -> line list
 
+(** Why a clause no case checks is unchecked (what is missing, or where
+    else it is checked). *)
+val why_unchecked : string -> string
+
 (** The clauses each result flagged (findings, crashes and timeouts). *)
 val flagged : Runner.result list -> string list
 
