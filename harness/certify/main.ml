@@ -179,26 +179,38 @@ let in_shard o jobs =
   | None -> jobs
   | Some (i, n) -> List.filteri (fun k _ -> k mod n = i - 1) jobs
 
-let progress_printer ~total ~what =
+(* The progress line: runs done, clauses whose runs have all ended, time. *)
+let progress_printer ~what (jobs : Runner.job list) =
   let t0 = Unix.gettimeofday () in
+  let total = List.length jobs in
   let tty = Unix.isatty Unix.stderr in
-  fun done_ ->
+  let left = Hashtbl.create 80 in
+  List.iter
+    (fun (j : Runner.job) ->
+      List.iter (fun c -> Hashtbl.replace left c (1 + Option.value ~default:0 (Hashtbl.find_opt left c))) j.case.clauses)
+    jobs;
+  let clauses = Hashtbl.length left in
+  fun done_ (j : Runner.job) ->
+    List.iter (fun c -> Hashtbl.replace left c (Hashtbl.find left c - 1)) j.case.clauses;
+    let decided = Hashtbl.fold (fun _ n acc -> if n = 0 then acc + 1 else acc) left 0 in
+    let line () =
+      Printf.sprintf "%s: %d/%d runs, %d/%d clauses done, %.0f s" what done_ total decided clauses
+        (Unix.gettimeofday () -. t0)
+    in
     if tty then begin
-      Printf.eprintf "\r%s: %d/%d runs, %.0f s%!" what done_ total (Unix.gettimeofday () -. t0);
+      Printf.eprintf "\r%s%!" (line ());
       if done_ = total then prerr_newline ()
     end
-    else if done_ = total || done_ mod 50 = 0 then
-      Printf.eprintf "%s: %d/%d runs, %.0f s\n%!" what done_ total (Unix.gettimeofday () -. t0)
+    else if done_ = total || done_ mod 50 = 0 then Printf.eprintf "%s\n%!" (line ())
 
 (* Ctrl-C stops the runs and still writes the report: set before anything
    is printed, so that no interruption falls between. *)
 let catch_interrupt () = Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> interrupted := true))
 
 let run_jobs o ~what jobs =
-  let total = List.length jobs in
   let results =
     Runner.run_all ~parallel:o.jobs ~timeout:o.timeout
-      ~progress:(progress_printer ~total ~what)
+      ~progress:(progress_printer ~what jobs)
       ~stop:(fun () -> !interrupted)
       jobs
   in
@@ -300,7 +312,14 @@ let certify args =
   let results = results @ swept in
   let lines = Report.verdicts ~cases:all_cases ~selected results in
   Report.print_table ~color:o.color lines;
-  Report.write_json report ~driver:o.driver ~seeds ~interrupted:!interrupted ~runs:results lines;
+  let declared =
+    let (module P : Rig_edge.Package) = drv.package in
+    let k = P.kit in
+    [ ("kit.refused_binary", k.refused_binary <> None); ("kit.spin", k.spin <> None); ("kit.fault", k.fault <> None);
+      ("kit.hang", k.hang <> None); ("kit.scratch", k.scratch <> None); ("kit.bus_function", k.bus_function <> None);
+      ("fault_injection", drv.inject <> None) ]
+  in
+  Report.write_json ~declared report ~driver:o.driver ~seeds ~interrupted:!interrupted ~runs:results lines;
   let beside ext = Filename.remove_extension report ^ ext in
   let junit = Option.value o.junit ~default:(beside ".xml") in
   let markdown = Option.value o.markdown ~default:(beside ".md") in

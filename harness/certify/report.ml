@@ -135,7 +135,7 @@ let run_json (r : Runner.result) =
     (json_string outcome)
     (String.concat ", " (List.map json_string flagged))
 
-let write_json path ~driver ~seeds ~interrupted ~runs lines =
+let write_json ?(declared = []) path ~driver ~seeds ~interrupted ~runs lines =
   mkdir_p (Filename.dirname path);
   let clause l =
     Printf.sprintf "    {\"id\": %s, \"side\": %s, \"verdict\": %s, \"evidence\": %s%s}" (json_string l.clause.id)
@@ -147,8 +147,9 @@ let write_json path ~driver ~seeds ~interrupted ~runs lines =
   let tmp = path ^ ".tmp" in
   Out_channel.with_open_bin tmp (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"clauses\": [\n%s\n  ],\n  \"runs\": [\n%s\n  ]\n}\n"
+        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"declared\": {%s},\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"clauses\": [\n%s\n  ],\n  \"runs\": [\n%s\n  ]\n}\n"
         (json_string driver)
+        (String.concat ", " (List.map (fun (k, v) -> Printf.sprintf "%s: %b" (json_string k) v) declared))
         (String.concat ", " (List.map string_of_int seeds))
         interrupted
         (String.concat ",\n" (List.map clause lines))

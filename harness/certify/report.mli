@@ -30,7 +30,10 @@ val print_table : color:bool -> line list -> unit
 (** [write_json path ~driver ~seeds ~interrupted ~runs lines]: the verdicts,
     and every run with its outcome (so that shards' reports can be joined). *)
 val write_json :
+  ?declared:(string * bool) list ->
   string -> driver:string -> seeds:int list -> interrupted:bool -> runs:Runner.result list -> line list -> unit
+(** [declared]: what the driver's kit offers (each item, present or not), so
+    that a reader sees why a clause came out n/a. *)
 
 (** JSON string literal of a string. *)
 val json_string : string -> string

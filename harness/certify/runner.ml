@@ -130,7 +130,7 @@ let run_all ~parallel ~timeout ~progress ~stop jobs =
   let finish r res =
     results.(fst r.rjob) <- Some res;
     incr finished;
-    progress !finished
+    progress !finished res.job
   in
   let kill r = try Unix.kill r.pid Sys.sigkill with Unix.Unix_error _ -> () in
   while (!queue <> [] && not (stop ())) || !running <> [] do
@@ -145,7 +145,7 @@ let run_all ~parallel ~timeout ~progress ~stop jobs =
              processes left): a verdict on that run, not the runner's end. *)
           results.(i) <- Some { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; seconds = 0. };
           incr finished;
-          progress !finished
+          progress !finished j
     done;
     let still = ref [] in
     List.iter

@@ -33,11 +33,11 @@ val run_args : job -> string list
 
 (** [run_all ~parallel ~timeout ~progress jobs] runs every job, [parallel] at
     a time, and answers their results in the jobs' order.  [progress] is
-    called after each job ends with the number done.  When [stop ()] turns
+    called after each job ends with the number done and that job.  When [stop ()] turns
     true (Ctrl-C), running children are killed and the results so far
     answered. *)
 val run_all :
-  parallel:int -> timeout:float -> progress:(int -> unit) -> stop:(unit -> bool) -> job list -> result list
+  parallel:int -> timeout:float -> progress:(int -> job -> unit) -> stop:(unit -> bool) -> job list -> result list
 
 (** In the child: runs the job and prints its outcome in the protocol the
     parent reads; answers the exit code: 1 when it found a violation. *)
