@@ -272,7 +272,8 @@ module Flows (P : Rig_edge.Package) = struct
       | x -> fill_memory chunk (x :: acc)
       | exception Rig.Out_of_memory _ -> acc
     in
-    let held = fill_memory 4 (fill_memory 4096 []) in
+    (* Coarse to fine, so that few calls leave less than a word free. *)
+    let held = List.fold_left (fun acc chunk -> fill_memory chunk acc) [] [ 4096; 256; 16; 4 ] in
     (match R.submit dev (fills 40) with
     | _ -> acc := finding "QUEUE-6" "a submission that could not grow was taken" :: !acc
     | exception Rig.Out_of_memory _ -> ());
