@@ -110,6 +110,7 @@ let mutant_table =
     ("sleep-unmasks", "SIG-2", "sleep unblocks every signal for its whole run, not only around its wait", 35);
     ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
+    ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
   ]
 
 (* The mutants of enum fake_mutant that the fuzzer (fuzz/room_grow_fuzz.c)
@@ -139,6 +140,7 @@ let m_signaled_busy = 33
 let m_make_in_lock = 34
 let m_sleep_unmasks = 35
 let m_sleep_keeps_runtime = 36
+let m_lock_order_inversion = 38
 
 (* The code of the mutant of devices opened from now on; 0 for none. *)
 let mutant = Atomic.make 0
@@ -256,6 +258,10 @@ let alloc_mutex = Mutex.create ()
 let alloc_lock = P.Lock.create "fake.alloc"
 let alloc_busy = Atomic.make 0
 
+(* The two locks of the lock-order-inversion mutant. *)
+let memory_lock = P.Lock.create "fake.memory"
+let queue_lock = P.Lock.create "fake.queue"
+
 let alloc_guard t f =
   if t.mut = m_unlock_by_hand then begin
     (* ASYNC-2: given back after the call, not in a handler. *)
@@ -284,6 +290,14 @@ let alloc_guard t f =
       match f () with v -> Atomic.decr alloc_busy; v | exception e -> Atomic.decr alloc_busy; raise e
     end
   end
+  else if t.mut = m_lock_order_inversion then
+    (* LOCK-8: alloc takes the queue lock inside the memory lock, free the
+       other way round (free_guard). *)
+    P.Lock.protect memory_lock (fun () -> P.Lock.protect queue_lock f)
+  else f ()
+
+let free_guard t f =
+  if t.mut = m_lock_order_inversion then P.Lock.protect queue_lock (fun () -> P.Lock.protect memory_lock f)
   else f ()
 
 module D = struct
@@ -314,7 +328,7 @@ module D = struct
         injected "free";
         if r.owner != t.dev then invalid_arg "fake: free of a region of another device";
         if Atomic.exchange r.freed true then invalid_arg "fake: region freed twice";
-        c_free t.dev r.ptr;
+        free_guard t (fun () -> c_free t.dev r.ptr);
         if t.mut = m_free_touches_new && Atomic.get t.stopped then
           match (r.kind, Weak.get newest t.slot) with
           | Memory m, Some n when n.id <> t.id -> c_charge n.dev (kind_code m) r.place.size

@@ -70,11 +70,44 @@ let shield f =
 
 let spawn f = Thread.create (fun () -> block_all (); f ()) ()
 
+(* The order in which threads take counted locks, as lockdep keeps it: for
+   each thread the locks it holds, and every (held, taken) pair seen.  A pair
+   seen both ways is an inversion: two threads could wait for each other. *)
+module Order = struct
+  let mu = Mutex.create ()
+  let held : (int, (int * string) list) Hashtbl.t = Hashtbl.create 16
+  let pairs : (int * int, string * string) Hashtbl.t = Hashtbl.create 64
+  let inversions : (string * string) list ref = ref []
+
+  let taking self (id, name) =
+    Mutex.protect mu (fun () ->
+        let mine = Option.value ~default:[] (Hashtbl.find_opt held self) in
+        List.iter
+          (fun (h, hname) ->
+            if not (Hashtbl.mem pairs (h, id)) then begin
+              Hashtbl.replace pairs (h, id) (hname, name);
+              if Hashtbl.mem pairs (id, h) && not (List.mem (name, hname) !inversions) then
+                inversions := (hname, name) :: !inversions
+            end)
+          mine;
+        Hashtbl.replace held self ((id, name) :: mine))
+
+  let given self id =
+    Mutex.protect mu (fun () ->
+        match Hashtbl.find_opt held self with
+        | Some mine -> Hashtbl.replace held self (List.filter (fun (h, _) -> h <> id) mine)
+        | None -> ())
+end
+
 module Lock = struct
-  type t = { name : string; rig : bool; m : Mutex.t; owner : int Atomic.t }
+  type t = { id : int; name : string; rig : bool; m : Mutex.t; owner : int Atomic.t }
 
   let nobody = -1
-  let create ?(rig = false) name = { name; rig; m = Mutex.create (); owner = Atomic.make nobody }
+  let next_id = Atomic.make 0
+
+  let create ?(rig = false) name =
+    { id = Atomic.fetch_and_add next_id 1; name; rig; m = Mutex.create (); owner = Atomic.make nobody }
+
   let name l = l.name
 
   let protect l f =
@@ -82,12 +115,15 @@ module Lock = struct
     let checked = not (Mutant.is "retake-unchecked") in
     if checked && Atomic.get l.owner = self then invalid_arg (l.name ^ ": taken by the thread that holds it");
     if checked && l.rig && holds () <> 0 then invalid_arg (l.name ^ ": rig's lock taken inside another lock");
+    Order.taking self (l.id, l.name);
     hold ();
-    (match Mutex.lock l.m with () -> () | exception e -> give (); raise e);
+    (match Mutex.lock l.m with () -> () | exception e -> give (); Order.given self l.id; raise e);
     Atomic.set l.owner self;
     match f () with
-    | v -> Atomic.set l.owner nobody; Mutex.unlock l.m; give (); v
-    | exception e -> Atomic.set l.owner nobody; Mutex.unlock l.m; give (); raise e
+    | v -> Atomic.set l.owner nobody; Mutex.unlock l.m; give (); Order.given self l.id; v
+    | exception e -> Atomic.set l.owner nobody; Mutex.unlock l.m; give (); Order.given self l.id; raise e
+
+  let order_inversions () = Mutex.protect Order.mu (fun () -> List.rev !Order.inversions)
 
   let await l c =
     let self = Thread.id (Thread.self ()) in

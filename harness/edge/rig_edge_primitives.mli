@@ -38,6 +38,13 @@ module Lock : sig
       holds [l], or if [l] is rig's and the thread holds any lock (LOCK-7). *)
   val protect : t -> (unit -> 'a) -> 'a
 
+  (** [order_inversions ()]: pairs of locks (by name) that threads of this
+      process have taken in both orders — the one order of driver locks
+      broken (LOCK-8), seen before any deadlock happens.  Every [protect]
+      records the order it takes its lock in, inside the locks the thread
+      holds. *)
+  val order_inversions : unit -> (string * string) list
+
   (** [await l c] inside [protect l]: waits on [c], giving [l] back while it
       blocks, as a wait (see {!wait}); [l] is held again when it returns or
       raises. *)
