@@ -438,22 +438,10 @@ let selftest args =
   if !interrupted then exit 130;
   if not (ok_mutants && conforming_flagged = [] && without_mutant = []) then exit 1
 
-(* ---- sweep: systematic fault injection (fail-nth) ---- *)
-
-let sweep args =
-  let o =
-    parse_opts args
-      ~allowed:[ "--driver"; "--plugin"; "--only"; "-j"; "--timeout"; "--report"; "--shard"; "--random"; "--seed"; "--no-color" ]
-  in
-  let drv = driver_of o in
-  if drv.inject = None then usage_error "driver %S has no fault injection to sweep with" o.driver;
-  let report = Option.value o.report ~default:"out/sweep/report.json" in
-  let selected =
-    if o.only = [] then Catalog.all
-    else match Catalog.select o.only with Ok l -> l | Error p -> usage_error "--only: %S names no clause of the catalog" p
-  in
-  let cases = rig_cases_of selected in
-  let results = sweep_runs ~with_census:true o cases in
+(* What sweep and async-sweep print and write of their runs: each failing
+   run with its replay line, the verdicts of the clauses they reached, the
+   JSON report.  Answers the number of failing runs. *)
+let report_sweep o ~cases ~selected ~report results =
   let lines = Report.verdicts ~cases ~selected results in
   let failures =
     List.filter
@@ -471,14 +459,32 @@ let sweep args =
       in
       Printf.printf "FAIL %s\n     replay: %s\n" what (Runner.replay r.job))
     failures;
-  Report.print_table ~color:o.color
-    (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
+  Report.print_table ~color:o.color (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
   Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:!interrupted ~runs:results lines;
+  List.length failures
+
+(* ---- sweep: systematic fault injection (fail-nth) ---- *)
+
+let sweep args =
+  let o =
+    parse_opts args
+      ~allowed:[ "--driver"; "--plugin"; "--only"; "-j"; "--timeout"; "--report"; "--shard"; "--random"; "--seed"; "--no-color" ]
+  in
+  let drv = driver_of o in
+  if drv.inject = None then usage_error "driver %S has no fault injection to sweep with" o.driver;
+  let report = Option.value o.report ~default:"out/sweep/report.json" in
+  let selected =
+    if o.only = [] then Catalog.all
+    else match Catalog.select o.only with Ok l -> l | Error p -> usage_error "--only: %S names no clause of the catalog" p
+  in
+  let cases = rig_cases_of selected in
+  let results = sweep_runs ~with_census:true o cases in
+  let failures = report_sweep o ~cases ~selected ~report results in
   Printf.printf "%d runs (%d with a failure injected), %d failing; report: %s\n" (List.length results)
     (List.length (List.filter (fun (r : Runner.result) -> r.job.inject <> None) results))
-    (List.length failures) report;
+    failures report;
   if !interrupted then exit 130;
-  if failures <> [] then exit 1
+  if failures > 0 then exit 1
 
 (* ---- async-sweep: an asynchronous exception at every allocation point ----
    (Async_inject, Async_cases.)  A plain run of each async.* case is the
@@ -530,30 +536,12 @@ let async_sweep args =
   Printf.printf "async sweep: %d points (at most %d per call)%s\n%!" (List.length points) !max_alloc
     (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
   let results = in_shard o census @ run_jobs o ~what:"async sweep" points in
-  let lines = Report.verdicts ~cases ~selected results in
-  let failures =
-    List.filter
-      (fun (r : Runner.result) -> match r.outcome with Findings (_ :: _) | Crashed _ | Timed_out _ -> true | _ -> false)
-      results
-  in
-  List.iter
-    (fun (r : Runner.result) ->
-      let what =
-        match r.outcome with
-        | Findings fs -> String.concat "; " (List.map (fun (f : Case.finding) -> f.clause ^ ": " ^ f.detail) fs)
-        | Crashed how -> "crashed: " ^ how
-        | Timed_out s -> Printf.sprintf "killed after %.0f s" s
-        | Not_applicable _ -> ""
-      in
-      Printf.printf "FAIL %s\n     replay: %s\n" what (Runner.replay r.job))
-    failures;
-  Report.print_table ~color:o.color (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
-  Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:!interrupted ~runs:results lines;
+  let failures = report_sweep o ~cases ~selected ~report results in
   Printf.printf "%d runs (%d with an asynchronous exception injected), %d failing, %.1f s; report: %s\n" (List.length results)
     (List.length (List.filter (fun (r : Runner.result) -> r.job.inject <> None) results))
-    (List.length failures) (Unix.gettimeofday () -. t0) report;
+    failures (Unix.gettimeofday () -. t0) report;
   if !interrupted then exit 130;
-  if failures <> [] then exit 1
+  if failures > 0 then exit 1
 
 (* ---- list ---- *)
 
