@@ -438,6 +438,13 @@ module Kit (P : Package) = struct
     | Ok i -> (i, fname)
     | Error why -> raise (Skip (spf "setup: the device refuses the scratch binary of %d bytes: %s" n why))
 
+  (* The image and function the prepare probes use: one whose launches need
+     scratch memory where the kit has one, else the kit's spin. *)
+  let function_to_prepare s dev =
+    match P.kit.scratch with
+    | Some _ -> scratch_image s dev (4096 * (1 + int s 4))
+    | None -> (binary_image s dev, need_item "scratch or spin" P.kit.spin)
+
   let fill_part r ~off ~len ~byte = Fill { dst = handle r; off; len; byte }
 
   (* --- witness: a region of [a] whose bytes can still be read after [a]'s
@@ -768,11 +775,7 @@ let code6_prepare (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"CODE-6" ~seed (fun s ->
       let dev = K.open_first s in
-      let i, f =
-        match P.kit.scratch with
-        | Some _ -> K.scratch_image s dev (4096 * (1 + K.int s 4))
-        | None -> (K.binary_image s dev, K.need_item "scratch or spin" P.kit.spin)
-      in
+      let i, f = K.function_to_prepare s dev in
       let prepare g = Prim.masked (fun () -> P.D.prepare i.image g) in
       let absent = spf "probe-absent-%d" (K.int s 100000) in
       (match prepare absent with
@@ -799,11 +802,7 @@ let code7_prepare_idle (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"CODE-7" ~seed (fun s ->
       let dev = K.open_first s in
-      let i, f =
-        match P.kit.scratch with
-        | Some _ -> K.scratch_image s dev (4096 * (1 + K.int s 4))
-        | None -> (K.binary_image s dev, K.need_item "scratch or spin" P.kit.spin)
-      in
+      let i, f = K.function_to_prepare s dev in
       (match K.entry i f with Entry _ -> () | _ -> raise (Skip (spf "setup: entry of %S is not Entry" f)));
       let before = K.free_bytes s dev in
       let times = 2 + K.int s 2 in
