@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD_TIMEOUT, CERTIFY_TIMEOUT, CLAUSES_TSV, ROOT, ensure_rig
-from test_third_party import ocaml_env
+from conftest import CERTIFY_TIMEOUT, CLAUSES_TSV, ROOT, ensure_rig
+from test_third_party import build_plugins
 
 PLUGIN = "_build/default/drivers/crashing/crashing.cmxs"
 
@@ -23,10 +23,7 @@ DRIVERS = {
 
 @pytest.fixture(scope="module")
 def plugin():
-    ensure_rig()
-    proc = subprocess.run(["dune", "build", PLUGIN.replace("_build/default/", "", 1)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=ocaml_env())
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    build_plugins([PLUGIN])
     return PLUGIN
 
 

@@ -15,9 +15,8 @@ import subprocess
 import pytest
 
 from conftest import ROOT, ensure_rig
-from test_third_party import BROKEN, HOSTMEM_PLUGIN, ocaml_env
+from test_third_party import BROKEN, HOSTMEM_PLUGIN, build_plugins
 
-BUILD_TIMEOUT = 1800
 CERTIFY_TIMEOUT = 600
 
 PROBED = {"LOCK-4", "SIG-2", "SIG-3", "SIG-8"}
@@ -28,15 +27,7 @@ MINE = [(n, p, c) for n, p, c in BROKEN if c in PROBED]
 
 @pytest.fixture(scope="module")
 def plugins():
-    ensure_rig()
-    targets = [HOSTMEM_PLUGIN] + [p for _, p, _ in MINE]
-    targets = [t.replace("_build/default/", "", 1) for t in targets]
-    proc = subprocess.run(
-        ["dune", "build", *targets],
-        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT, env=ocaml_env(),
-    )
-    assert proc.returncode == 0, f"dune build of the plugins failed:\n{(proc.stdout + proc.stderr)[-4000:]}"
-    return targets
+    return build_plugins([HOSTMEM_PLUGIN] + [p for _, p, _ in MINE])
 
 
 def certify(tmp_path, driver, *args):
