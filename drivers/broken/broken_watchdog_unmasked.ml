@@ -4,8 +4,9 @@
    Breaks SIG-8: a thread the driver starts must block signals for its
    life (Rig_edge_primitives.spawn), so that a signal sent to the process
    runs its handler on a thread of the program's. *)
-let watchdog d =
+let watchdog (d, started) =
   ignore (Thread.sigmask Unix.SIG_SETMASK []);
+  Event.sync (Event.send started ());
   while not (Hostmem.stopped d) do
     Thread.delay 0.01
   done
@@ -15,7 +16,11 @@ let openers () =
     (fun (o : Hostmem.D.t Rig_edge.opener) ->
       let make () =
         let d = o.make () in
-        ignore (Thread.create watchdog d);
+        (* make returns once its watchdog runs, as drivers that hand work
+           to a thread of their own usually do. *)
+        let started = Event.new_channel () in
+        ignore (Thread.create watchdog (d, started));
+        Event.sync (Event.receive started);
         d
       in
       { o with make })

@@ -140,9 +140,26 @@ module Probe (Pk : Rig_edge.Package) = struct
     let own = gettid () in
     let need = match P.masked (fun () -> sigblk own) with Some m -> m | None -> raise (Skip "no /proc/self/task status") in
     let before = tasks () in
+    (* A driver thread may open its mask any time after it starts: look at
+       every new task after the opens and again after the work, and keep
+       the widest opening seen per task. *)
+    let seen = Hashtbl.create 8 in
+    let look () =
+      List.iter
+        (fun tid ->
+          if not (List.mem tid before) then
+            match sigblk tid with
+            | None -> ()
+            | Some m ->
+                let open_ = Int64.logand need (Int64.lognot m) in
+                let prev = match Hashtbl.find_opt seen tid with Some (o, _) -> o | None -> 0L in
+                if Int64.logor prev open_ <> prev || not (Hashtbl.mem seen tid) then Hashtbl.replace seen tid (Int64.logor prev open_, m))
+        (tasks ())
+    in
     let os = openers () in
     if os = [] then raise (Skip "the driver has no device");
     let opened = List.filter_map (fun (o : D.t Rig_edge.opener) -> try Some (P.masked o.make) with _ -> None) os in
+    look ();
     let work =
       List.map
         (fun d ->
@@ -151,22 +168,19 @@ module Probe (Pk : Rig_edge.Package) = struct
           | None | (exception _) -> (d, [], 0))
         opened
     in
-    let fresh = List.filter (fun t -> not (List.mem t before)) (tasks ()) in
+    look ();
     let acc =
-      List.filter_map
-        (fun tid ->
-          match sigblk tid with
-          | None -> None
-          | Some m ->
-              let open_ = Int64.logand need (Int64.lognot m) in
-              if open_ = 0L then None
-              else
-                Some
-                  (finding "SIG-8" "thread %d (%s), started while the driver's devices opened and ran work, lets signals %s through (SigBlk %016Lx; rig_mask blocks %016Lx)"
-                     tid (task_name tid)
-                     (String.concat "," (List.map string_of_int (signals_of open_)))
-                     m need))
-        fresh
+      Hashtbl.fold
+        (fun tid (open_, m) acc ->
+          if open_ = 0L then acc
+          else
+            finding "SIG-8" "thread %d (%s), started while the driver's devices opened and ran work, lets signals %s through (SigBlk %016Lx; rig_mask blocks %016Lx)"
+              tid (task_name tid)
+              (String.concat "," (List.map string_of_int (signals_of open_)))
+              m need
+            :: acc)
+        seen []
+      |> List.sort compare
     in
     List.iter (fun (d, regions, last) -> close d ~regions last) work;
     acc
