@@ -11,6 +11,7 @@ The binary can be overridden with the RIG_CONFORM environment variable.
 
 import functools
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -79,6 +80,11 @@ def rig(*args, timeout=RUN_TIMEOUT, cwd=ROOT):
 # `rig-conform list`
 
 
+# The mutants that show only under an injected failure: name -> (case,
+# FN:NTH:KIND), from the "[under CASE --inject X]" of `rig-conform list`.
+UNDER_FAULT = {}
+
+
 @functools.lru_cache(maxsize=None)
 def parse_list():
     """(cases, mutants) from `rig-conform list`:
@@ -116,6 +122,9 @@ def parse_list():
             if len(words) < 2:
                 raise RigError(f"`rig-conform list`: bad mutant line {line!r}")
             mutants.append((words[0], words[1], section))
+            shown = re.search(r"\[under (\S+) --inject (\S+)\]$", line)
+            if shown:
+                UNDER_FAULT[words[0]] = (shown.group(1), shown.group(2))
         else:
             raise RigError(f"`rig-conform list`: line outside any section: {line!r}")
     if not cases or not mutants:
@@ -169,11 +178,13 @@ def replay_args(case, seed, mutant=None, driver="fake"):
     return args
 
 
-def run_case(case, seed, mutant=None):
+def run_case(case, seed, mutant=None, inject=None):
     """Runs one case once: (exit code, set of flagged clause IDs, output lines)."""
     args = ["run", "--case", case, "--seed", seed]
     if mutant is not None:
         args += ["--mutant", mutant]
+    if inject is not None:
+        args += ["--inject", inject]
     proc = rig(*args)
     flagged, lines = parse_run_output(proc.stdout)
     if proc.stderr.strip():

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from conftest import (
+    UNDER_FAULT,
     cases_of_clause,
     clause_case_params,
     mutant_params,
@@ -45,13 +46,15 @@ def test_conforming(clause, case):
 
 
 def test_mutant_caught(mutant, clause, side):
-    cases = cases_of_clause(clause)
+    # A mutant that shows only under a failure runs its one case with it.
+    case, inject = UNDER_FAULT.get(mutant, (None, None))
+    cases = [case] if case else cases_of_clause(clause)
     assert cases, f"mutant {mutant} breaks {clause}, which no case checks"
     union = set()
     report = []
     for case in cases:
-        code, flagged, lines = run_case(case, 1, mutant)
-        where = f"run --case {case} --seed 1 --mutant {mutant}"
+        code, flagged, lines = run_case(case, 1, mutant, inject)
+        where = f"run --case {case} --seed 1 --mutant {mutant}" + (f" --inject {inject}" if inject else "")
         report.append(f"{where}: exit {code}\n{_show(lines)}")
         assert lines and lines[-1] == "DONE", f"{where}: no final DONE:\n{_show(lines)}"
         assert not any(l.startswith("ERROR") for l in lines), f"{where}: ERROR:\n{_show(lines)}"

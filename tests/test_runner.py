@@ -159,3 +159,32 @@ def test_a_random_fault_plan_is_drawn_again_from_its_seed(tmp_path):
     first = plan("a")
     assert len(first) == 15
     assert first == plan("b")
+
+
+def test_failure_answers_are_swept_and_pass_on_the_conforming_pair(tmp_path):
+    # The sweep answers the failure each function may answer (None, Error,
+    # No_memory, Short, an early return, RIG_GROW), not only exceptions.
+    report = tmp_path / "answers.json"
+    proc = rig("sweep", "--only", "CODE-4,QUEUE-6", "-j", "2", "--no-color", "--report", str(report),
+               timeout=CERTIFY_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    kinds = {r["inject"].split(":")[0] + ":" + r["inject"].split(":")[2]
+             for r in json.loads(report.read_text())["runs"] if r["inject"]}
+    assert {"alloc:none", "entry:no_memory", "grow:short", "room:grow"} <= kinds, sorted(kinds)
+
+
+def test_an_answer_for_the_wrong_function_is_refused():
+    proc = rig("run", "--case", "rig.grow-rounds", "--seed", "1", "--inject", "alloc:1:short")
+    assert proc.returncode == 2
+    assert "short is the answer of grow, not of alloc" in proc.stderr
+
+
+def test_a_rig_bug_shown_only_under_an_answer_replays():
+    # After a fourth grow answered Grown, a rig that asks grow again when
+    # room answers RIG_GROW anew: only a room answering RIG_GROW shows it.
+    args = ["run", "--case", "rig.grow-rounds", "--seed", "1", "--mutant", "grown-unbounded"]
+    plain = rig(*args)
+    assert plain.returncode == 0, plain.stdout
+    under = rig(*args, "--inject", "room:6:grow")
+    assert under.returncode == 1
+    assert [l.split("\t")[1] for l in under.stdout.splitlines() if l.startswith("FINDING")] == ["QUEUE-6"]

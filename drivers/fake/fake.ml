@@ -149,28 +149,37 @@ let mutant = Atomic.make 0
 
 exception Fault of string
 
-type failure = [ `Fault of string | `Raise of exn | `Fail ]
+type failure = [ `Fault of string | `Raise of exn | `Fail | `Answer ]
 type injection = { fn : string; left : int Atomic.t; what : failure }
 
 let injectable =
   [ "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "entry"; "prepare"; "grow";
-    "signaled"; "sleep"; "unload"; "reach"; "submit"; "commit" ]
+    "signaled"; "sleep"; "unload"; "reach"; "room"; "submit"; "commit" ]
 
-(* submit and commit are injected on the C side (enum fake_inj_fn). *)
-let c_injected = [ ("submit", 0); ("commit", 1) ]
+(* The functions that can answer the failure the document allows as an
+   answer (`Answer): None, Error, No_memory, Short, an early return,
+   RIG_GROW. *)
+let answerable = [ "alloc"; "dma"; "image"; "entry"; "grow"; "sleep"; "room" ]
+
+(* submit, commit and room are injected on the C side (enum fake_inj_fn). *)
+let c_injected = [ ("submit", 0); ("commit", 1); ("room", 2) ]
 
 let injections : injection list Atomic.t = Atomic.make []
 
-(* Lock-free, since signaled checks it too. *)
+(* Raises the injected failure of this call of fn, or is true when the call
+   is to answer its failure answer.  Lock-free, since signaled checks it
+   too. *)
 let injected fn =
-  List.iter
-    (fun i ->
+  List.fold_left
+    (fun answer i ->
       if i.fn = fn && Atomic.fetch_and_add i.left (-1) = 1 then
         match i.what with
         | `Fault why -> raise (Fault why)
         | `Raise e -> raise e
-        | `Fail -> failwith ("fake: " ^ fn ^ ": injected failure"))
-    (Atomic.get injections)
+        | `Fail -> failwith ("fake: " ^ fn ^ ": injected failure")
+        | `Answer -> true
+      else answer)
+    false (Atomic.get injections)
 
 let rec update a f =
   let old = Atomic.get a in
@@ -220,15 +229,17 @@ let public fn f =
   P.check_unheld fn;
   P.masked f
 
-(* A counted call: public, refused after stop, and injectable.  Takes the
+(* A counted call: public, refused after stop, and injectable; [answer] is
+   its failure answer, for the functions in [answerable].  Takes the
    device's stopped flag, as regions are made before their device. *)
-let counted_on stopped fn f =
+let counted_on ?answer stopped fn f =
   public fn (fun () ->
       if Atomic.get stopped then invalid_arg ("fake: " ^ fn ^ " after stop");
-      injected fn;
-      f ())
+      match (injected fn, answer) with
+      | true, Some a -> a ()
+      | _ -> f ())
 
-let counted t fn f = counted_on t.stopped fn f
+let counted ?answer t fn f = counted_on ?answer t.stopped fn f
 
 (* Holds dev, so that the C region outlives a holder of the place alone. *)
 let reach dev stopped ptr freed access =
@@ -317,7 +328,7 @@ module D = struct
     && not (d.mut = m_peer_live && (c_dead d.dev || c_dead d'.dev))
 
   let alloc t m n =
-    counted t "alloc" (fun () ->
+    counted t "alloc" ~answer:(fun () -> None) (fun () ->
         if n <= 0 || n mod E.word <> 0 then invalid_arg "fake: alloc of a size not a positive multiple of 4";
         alloc_guard t (fun () ->
             let p = c_alloc t.dev (kind_code m) n in
@@ -325,7 +336,7 @@ module D = struct
 
   let free t r =
     public "free" (fun () ->
-        injected "free";
+        ignore (injected "free");
         if r.owner != t.dev then invalid_arg "fake: free of a region of another device";
         if Atomic.exchange r.freed true then invalid_arg "fake: region freed twice";
         free_guard t (fun () -> c_free t.dev r.ptr);
@@ -357,7 +368,7 @@ module D = struct
     String.length fn = 12 && Seq.for_all (fun (i, c) -> ok i c) (String.to_seqi fn)
 
   let dma t r ~fn =
-    counted t "dma" (fun () ->
+    counted t "dma" ~answer:(fun () -> Error "injected: no way to the memory") (fun () ->
         if not (is_bus_address fn) then
           Error (if t.mut = m_dma_vague then "bad address" else "not a bus address: " ^ fn)
         else
@@ -396,7 +407,7 @@ module D = struct
     | _ -> Error "not a rig-fake image"
 
   let image t b =
-    counted t "image" (fun () ->
+    counted t "image" ~answer:(fun () -> Error "injected: refused") (fun () ->
         let parsed =
           match parse b with
           | Error "not a rig-fake image" when t.mut = m_image_takes_anything -> Ok []
@@ -423,7 +434,7 @@ module D = struct
   let loaded i fn = if Atomic.get i.unloaded then invalid_arg ("fake: " ^ fn ^ " of an unloaded image")
 
   let entry i f =
-    counted i.on "entry" (fun () ->
+    counted i.on "entry" ~answer:(fun () -> E.No_memory 64) (fun () ->
         loaded i "entry";
         match List.assoc_opt f i.fns with
         | None -> E.Absent
@@ -447,11 +458,12 @@ module D = struct
         | None -> if i.on.mut = m_prepare_reports then raise Not_found
         | Some k -> c_prepare i.iptr k)
 
-  let grow t = counted t "grow" (fun () -> match c_grow t.dev with 0 -> E.Grown | n -> E.Short n)
+  let grow t =
+    counted t "grow" ~answer:(fun () -> E.Short 64) (fun () -> match c_grow t.dev with 0 -> E.Grown | n -> E.Short n)
 
   (* No lock, no check: rig may call it while it holds a lock (TIME-1). *)
   let signaled t =
-    injected "signaled";
+    ignore (injected "signaled");
     if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0
     else if t.mut = m_signaled_shadow then Atomic.get t.shadow
     else if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock (fun () -> c_word t.dev)
@@ -459,7 +471,8 @@ module D = struct
     else c_word t.dev
 
   let sleep t ~seen ~still_ms =
-    counted t "sleep" (fun () ->
+    (* The early return (TIME-3) answers at once, waiting for nothing. *)
+    counted t "sleep" ~answer:ignore (fun () ->
         let step = if t.mut = m_sleep_keeps_runtime then c_sleep_holding else c_sleep in
         let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
         let faulted =
@@ -475,7 +488,7 @@ module D = struct
 
   let unload i =
     public "unload" (fun () ->
-        injected "unload";
+        ignore (injected "unload");
         if Atomic.exchange i.unloaded true then invalid_arg "fake: image unloaded twice";
         c_unload i.iptr)
 end
@@ -585,12 +598,14 @@ let inject ~fn ~nth what =
   P.check_unheld "inject";
   if not (List.mem fn injectable) then invalid_arg ("Fake.inject: not an injectable function: " ^ fn);
   if nth < 1 then invalid_arg "Fake.inject: nth must be at least 1";
+  if what = `Answer && not (List.mem fn answerable) then invalid_arg ("Fake.inject: " ^ fn ^ " has no failure answer");
   match List.assoc_opt fn c_injected with
   | Some code -> (
-      (* C cannot raise: a Raise there fails the call, as Fail does. *)
+      (* C cannot raise: a Raise there fails the call, as Fail does; room
+         fails only by answering RIG_GROW. *)
       match what with
-      | `Fault why -> c_inject code nth 2 why
-      | `Raise _ | `Fail -> c_inject code nth 1 "")
+      | `Fault why when fn <> "room" -> c_inject code nth 2 why
+      | `Fault _ | `Raise _ | `Fail | `Answer -> c_inject code nth 1 "")
   | None -> update injections (fun l -> l @ [ { fn; left = Atomic.make nth; what } ])
 
 let usage t m = c_used t.dev (kind_code m)

@@ -55,13 +55,18 @@ val set_mutant : string option -> unit
 (** [inject ~fn ~nth what]: the [nth] call (from 1, counted across the
     process from now) of the driver function [fn] ("alloc", "free",
     "map_peer", "map_host", "dma", "image", "entry", "prepare", "grow",
-    "signaled", "sleep", "unload", "reach", "submit", "commit") answers
-    [what] instead of running: [`Fault why] raises [D.Fault why], [`Raise e]
-    raises [e], [`Fail] raises Failure.  For "submit" and "commit", C
-    functions, the call returns non-zero instead; a [`Fault why] there also
-    faults the device with [why], and [`Raise _] acts as [`Fail].  Raises
-    Invalid_argument on another [fn] or an [nth] below 1. *)
-val inject : fn:string -> nth:int -> [ `Fault of string | `Raise of exn | `Fail ] -> unit
+    "signaled", "sleep", "unload", "reach", "room", "submit", "commit")
+    answers [what] instead of running: [`Fault why] raises [D.Fault why],
+    [`Raise e] raises [e], [`Fail] raises Failure, and [`Answer] answers the
+    failure the document allows as an answer: None from alloc, Error from
+    dma and image, No_memory 64 from entry, Short 64 from grow (having made
+    nothing), an early return from sleep (waiting for nothing), RIG_GROW
+    from room.  For "submit" and "commit", C functions, the call returns
+    non-zero instead; a [`Fault why] there also faults the device with
+    [why], and [`Raise _] acts as [`Fail]; room answers RIG_GROW for any
+    [what].  Raises Invalid_argument on another [fn], an [nth] below 1, or
+    [`Answer] for a function without such an answer. *)
+val inject : fn:string -> nth:int -> [ `Fault of string | `Raise of exn | `Fail | `Answer ] -> unit
 
 (** [clear_injections ()] drops every injection not yet fired. *)
 val clear_injections : unit -> unit

@@ -730,7 +730,7 @@ struct fake_injection {
   char why[200];
 };
 
-static struct fake_injection injections[2];
+static struct fake_injection injections[3];
 
 void fake_inject(int fn, long nth, int mode, const char *why) {
   struct fake_injection *inj = &injections[fn];
@@ -777,6 +777,12 @@ static int q_room(void *dev, const struct rig_submission *s) {
     t->growth_n = 0;
   }
   uint32_t avail = d->free_count - d->reserved_total;
+  if (injected(d, FAKE_INJ_ROOM)) {
+    /* RIG_GROW with nothing held or missing: the grow that follows has
+     * nothing to make and answers Grown. */
+    t->missing = 0;
+    goto out;
+  }
   if (avail >= n) {
     t->reserved = n;
     d->reserved_total += n;

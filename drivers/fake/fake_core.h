@@ -161,10 +161,11 @@ uint64_t fake_debug_queue_digest(struct fake_dev *d);
 
 /* --------------------------------------------------- fault injection */
 
-enum fake_inj_fn { FAKE_INJ_SUBMIT = 0, FAKE_INJ_COMMIT = 1 };
+enum fake_inj_fn { FAKE_INJ_SUBMIT = 0, FAKE_INJ_COMMIT = 1, FAKE_INJ_ROOM = 2 };
 enum fake_inj_mode { FAKE_INJ_NONE = 0, FAKE_INJ_FAIL = 1, FAKE_INJ_FAULT = 2 };
 /* The nth call of fn from now fails (FAIL), or faults the device with why
- * and fails (FAULT).  mode NONE clears. */
+ * and fails (FAULT); for ROOM, either answers RIG_GROW however much room
+ * there is.  mode NONE clears. */
 void fake_inject(int fn, long nth, int mode, const char *why);
 
 #endif /* FAKE_CORE_H */

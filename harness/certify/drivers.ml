@@ -15,6 +15,7 @@ let names () = Rig_edge_registry.names ()
 let fake_inject (i : Injection.t) =
   let what =
     match i.kind with
+    | _ when Injection.is_answer i -> `Answer
     | "fault" -> `Fault (Printf.sprintf "injected at %s" (Injection.to_string i))
     | "fail" -> `Fail
     | _ -> `Raise (Failure (Printf.sprintf "injected at %s" (Injection.to_string i)))

@@ -2,7 +2,15 @@
 
 type t = { fn : string; nth : int; kind : string }
 
-let kinds = [ "fault"; "raise"; "fail" ]
+(* The failure each function can answer instead of raising, by the name a
+   replay line gives it. *)
+let answers =
+  [ ("alloc", "none"); ("dma", "error"); ("image", "error"); ("entry", "no_memory"); ("grow", "short");
+    ("sleep", "early"); ("room", "grow") ]
+
+let kinds = [ "fault"; "raise"; "fail" ] @ List.sort_uniq compare (List.map snd answers)
+
+let answer_of fn = List.assoc_opt fn answers
 
 (* The driver functions a failure can be injected into (those of the fake
    driver's injection).  Any counted call may raise Fault; another exception
@@ -12,10 +20,15 @@ let injectable =
   [ "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "entry"; "prepare"; "grow"; "signaled"; "sleep";
     "unload"; "reach" ]
 
-let kinds_for = function
+let kinds_for fn =
+  let answer = Option.to_list (answer_of fn) in
+  match fn with
   | "submit" | "commit" -> [ "fail" ]
-  | fn when List.mem fn injectable -> [ "fault"; "raise" ]
+  | "room" -> answer
+  | fn when List.mem fn injectable -> [ "fault"; "raise" ] @ answer
   | _ -> []
+
+let is_answer i = answer_of i.fn = Some i.kind
 
 (* "async@N": an asynchronous exception at the N-th allocation inside the
    call (Async_inject). *)
@@ -33,6 +46,12 @@ let of_string s =
   match String.split_on_char ':' s with
   | [ fn; nth; kind ] -> (
       match int_of_string_opt nth with
+      | Some nth when nth >= 1 && List.mem kind kinds && List.mem kind (List.map snd answers)
+                       && answer_of fn <> Some kind ->
+          Error
+            (Printf.sprintf "%S: %s is the answer of %s, not of %s" s kind
+               (String.concat ", " (List.filter_map (fun (f, k) -> if k = kind then Some f else None) answers))
+               fn)
       | Some nth when nth >= 1 && (List.mem kind kinds || async_at { fn; nth; kind } <> None) -> Ok { fn; nth; kind }
       | _ ->
           Error

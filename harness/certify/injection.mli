@@ -4,8 +4,14 @@
 type t = { fn : string; nth : int; kind : string }
 
 (** The failure kinds: "fault" (the driver's Fault, or a failed submit or
-    commit), "raise" (another exception), "fail" (a failed submit or commit). *)
+    commit), "raise" (another exception), "fail" (a failed submit or commit),
+    and the failure answers: "none" (alloc), "error" (dma, image),
+    "no_memory" (entry), "short" (grow), "early" (sleep returns at once),
+    "grow" (room answers RIG_GROW). *)
 val kinds : string list
+
+(** Whether the kind is the failure answer of its function. *)
+val is_answer : t -> bool
 
 (** The kinds the document allows from a function, for a sweep. *)
 val kinds_for : string -> string list

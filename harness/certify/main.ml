@@ -55,7 +55,9 @@ Options:
   --junit PATH      (certify) the JUnit XML report (default: beside the JSON one, .xml)
   --markdown PATH   (certify) the Markdown conformance matrix (default: beside it, .md)
   --shard I/N       run only the I-th of N disjoint slices of the runs (CI matrices)
-  --inject F:N:K    (run) fail the N-th call of driver function F with K: fault, raise, fail;
+  --inject F:N:K    (run) fail the N-th call of driver function F with K: fault, raise, fail,
+                    or F's failure answer: none (alloc), error (dma, image), no_memory (entry),
+                    short (grow), early (sleep), grow (room answers RIG_GROW);
                     or, for the async.* cases, K = async@A: an asynchronous exception at the
                     A-th allocation inside that call
   --no-sweep        (certify) skip the systematic fault-injection sweep
@@ -388,8 +390,12 @@ let selftest args =
   let mutant_jobs =
     List.concat_map
       (fun (m, clause, _, _) ->
-        let cases = List.filter (fun (c : Case.t) -> List.mem clause c.clauses) all_cases in
-        List.map (fun case -> { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = Some m; inject = None }) cases)
+        let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = Some m; inject } in
+        match List.find_opt (fun (m', _, _) -> m' = m) Rig_mutant.under_fault with
+        | Some (_, case, inject) ->
+            let case = List.find (fun (c : Case.t) -> c.name = case) all_cases in
+            [ job ~inject:(Result.get_ok (Injection.of_string inject)) case ]
+        | None -> List.map (fun case -> job case) (List.filter (fun (c : Case.t) -> List.mem clause c.clauses) all_cases))
       mutants
   in
   let results = run_jobs o ~what:"selftest" (conforming_jobs @ mutant_jobs) in
@@ -551,7 +557,15 @@ let list args =
   print_endline "cases:";
   List.iter (fun (c : Case.t) -> Printf.printf "  %-32s %s\n" c.name (String.concat " " c.clauses)) all_cases;
   print_endline "mutants of the reference rig:";
-  List.iter (fun (n, c, w) -> Printf.printf "  %-26s %-8s %s\n" n c w) Rig_mutant.all;
+  List.iter
+    (fun (n, c, w) ->
+      let under =
+        match List.find_opt (fun (m, _, _) -> m = n) Rig_mutant.under_fault with
+        | Some (_, case, inject) -> Printf.sprintf " [under %s --inject %s]" case inject
+        | None -> ""
+      in
+      Printf.printf "  %-26s %-8s %s%s\n" n c w under)
+    Rig_mutant.all;
   print_endline "mutants of the edge primitives:";
   List.iter (fun (n, c, w) -> Printf.printf "  %-26s %-8s %s\n" n c w) Rig_edge_primitives.Mutant.all;
   Printf.printf "mutants of driver %s:\n" o.driver;

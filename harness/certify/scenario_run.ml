@@ -67,6 +67,8 @@ module Interp (P : Rig_edge.Package) = struct
     | [ S.Word fn; S.Int nth; S.Word "fault"; S.Str why ] -> Fake.inject ~fn ~nth (`Fault why)
     | [ S.Word fn; S.Int nth; S.Word "raise"; S.Str text ] -> Fake.inject ~fn ~nth (`Raise (Failure text))
     | [ S.Word fn; S.Int nth; S.Word "fail" ] -> Fake.inject ~fn ~nth `Fail
+    | [ S.Word fn; S.Int nth; S.Word "answer" ] -> (
+        try Fake.inject ~fn ~nth `Answer with Invalid_argument why -> broken "%s" why)
     | _ -> broken "malformed inject"
 
   (* The parts of a submit, split at its separators. *)
@@ -123,7 +125,7 @@ module Interp (P : Rig_edge.Package) = struct
     | "unload", [ S.Word i ] -> R.unload (fst (img i)); ok ()
     | "entry", [ S.Word n; S.Word i; S.Word role ] ->
         let im, scratch = img i in
-        let h = R.entry im (function_of role scratch) in
+        let h = E.entry im (function_of role scratch) in
         bind n (Ent h);
         if h = None then "absent" else ok ()
     | "prepare", [ S.Word i; S.Word role ] ->

@@ -37,6 +37,10 @@ module Env (P : Rig_edge.Package) = struct
 
   let close dev = V.user (Validate.Close (R.name dev)) (fun () -> R.close dev)
 
+  (* Each entry asked of the rig is a request of its own: its No_memory asks
+     count from its start (CODE-4). *)
+  let entry im f = V.user (Validate.Request "entry") (fun () -> R.entry im f)
+
   let close_all () = List.iter (fun dev -> try close dev with _ -> ()) !opened
   let kit = P.kit
 
@@ -44,7 +48,7 @@ module Env (P : Rig_edge.Package) = struct
     match R.load dev kit.binary with
     | Error why -> failwith ("the kit's image was refused: " ^ why)
     | Ok im -> (
-        match R.entry im fname with
+        match entry im fname with
         | Some h -> (im, h)
         | None -> failwith ("the kit's image has no function " ^ fname))
 end
@@ -149,7 +153,7 @@ module Flows (P : Rig_edge.Package) = struct
     let bin, f = (need "kit.scratch" kit.scratch) (1 lsl 40) in
     (match R.load dev bin with
     | Ok im -> (
-        match R.entry im f with
+        match entry im f with
         | _ -> ()
         | exception Invalid_argument _ -> still_usable acc "EXC-2" dev "an Invalid_argument from entry")
     | Error _ -> ());
@@ -252,7 +256,7 @@ module Flows (P : Rig_edge.Package) = struct
     let bin, f = (need "kit.scratch" kit.scratch) (40000 + (4 * (seed mod 16))) in
     (match R.load dev bin with
     | Ok im -> (
-        match R.entry im f with
+        match entry im f with
         | _ -> acc := finding "CODE-4" "entry succeeded on a full device" :: !acc
         | exception Rig.Out_of_memory _ -> ())
     | Error why -> failwith why);

@@ -20,6 +20,10 @@ module Env (P : Rig_edge.Package) : sig
 
   val close : R.device -> unit
 
+  (** [entry im f] asks the rig for f's entry, as a request of its own
+      (Validate.Request), so that the validation layer counts its asks. *)
+  val entry : R.image -> string -> int64 option
+
   (** Closes every device opened, ignoring what that raises. *)
   val close_all : unit -> unit
 end

@@ -488,12 +488,16 @@ module Make (D : Rig_edge.Driver) = struct
     let q = dev.facts.queue in
     let max_grows = if M.is "five-asks" then asks + 1 else asks in
     if M.is "grow-unasked" then ignore (counted dev "grow" (fun () -> D.grow dev.d));
-    let rec ask grows =
+    (* [short]: the n of the last Short, for the Out_of_memory of a
+       submission whose fourth grow answered Grown and whose room still
+       answers RIG_GROW. *)
+    let rec ask grows short =
       match c_call dev "room" (fun () -> q.room s) with
       | Rig_edge.Room -> ()
+      | Grow when grows >= max_grows && not (M.is "grown-unbounded") -> raise (Out_of_memory short)
       | Grow -> (
           match counted dev "grow" (fun () -> D.grow dev.d) with
-          | Grown -> ask (grows + 1)
+          | Grown -> ask (grows + 1) short
           | Short n ->
               let grows = grows + 1 in
               if grows >= max_grows then raise (Out_of_memory n);
@@ -502,9 +506,9 @@ module Make (D : Rig_edge.Driver) = struct
                 else grows
               in
               reclaim dev (min grows 3);
-              ask grows)
+              ask grows n)
     in
-    ask 0;
+    ask 0 0;
     let value = with_rig (fun () ->
         let v = dev.next_value in
         dev.next_value <- v + 1;

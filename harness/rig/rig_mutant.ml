@@ -27,11 +27,14 @@ let all =
     ("grow-again", "QUEUE-4", "after a Short, asks grow again without asking room");
     ("grow-unasked", "QUEUE-5", "asks grow before any room answered RIG_GROW");
     ("five-asks", "QUEUE-6", "asks grow a fifth time for a submission");
+    ("grown-unbounded", "QUEUE-6", "after a fourth grow that answered Grown, asks grow again when room answers RIG_GROW anew");
     ("call-in-lock", "LOCK-1", "calls alloc while it holds a lock of its own");
     ("no-lock-check", "LOCK-2", "its calls made inside a lock do not raise Invalid_argument");
     ("unmasked-call", "SIG-1", "calls alloc with the thread's signals unblocked");
     ("no-stop-after-async", "ASYNC-1", "after an exception it does not know (an asynchronous one) from a driver call, forgets the device: no stop, free or unload");
   ]
+
+let under_fault = [ ("grown-unbounded", "rig.grow-rounds", "room:6:grow") ]
 
 let active = ref None
 

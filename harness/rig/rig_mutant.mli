@@ -5,6 +5,11 @@
 (** [(name, clause, what it breaks)], every mutant of the reference rig. *)
 val all : (string * string * string) list
 
+(** [(name, case, injection)]: the mutants that show only under a failure
+    the driver answers, with the certifier's case and the injection
+    (FN:NTH:KIND) that shows it; the others show in a plain run. *)
+val under_fault : (string * string * string) list
+
 (** [set (Some name)] activates a mutant; Invalid_argument for an unknown name. *)
 val set : string option -> unit
 

@@ -478,8 +478,8 @@ static int lex_line(struct P *p) {
 
 static const char *const FNS[] = {"alloc", "free", "map_peer", "map_host", "dma",
                                   "image", "entry", "prepare", "grow", "signaled",
-                                  "sleep", "unload", "reach", "submit", "commit", NULL};
-#define FNS_WHAT "a function (alloc, free, map_peer, map_host, dma, image, entry, prepare, grow, signaled, sleep, unload, reach, submit or commit)"
+                                  "sleep", "unload", "reach", "room", "submit", "commit", NULL};
+#define FNS_WHAT "a function (alloc, free, map_peer, map_host, dma, image, entry, prepare, grow, signaled, sleep, unload, reach, room, submit or commit)"
 static const char *const KINDS[] = {"device", "mapped", "pinned", NULL};
 static const char *const ROLES[] = {"spin", "fault", "hang", "fill", "scratch", "absent", NULL};
 #define ROLES_WHAT "a role (spin, fault, hang, fill, scratch or absent)"
@@ -599,11 +599,11 @@ static int g_configure(struct P *p) {
 }
 
 static int g_inject(struct P *p) {
-  static const char *const K[] = {"fault", "raise", "fail", NULL};
+  static const char *const K[] = {"fault", "raise", "fail", "answer", NULL};
   int k = 0;
   if (g_kw(p, FNS, FNS_WHAT, NULL)) return -1;
   if (g_int(p, 1, SCN_MAX_INT, "an occurrence (an integer >= 1)")) return -1;
-  if (g_kw(p, K, "a failure (fault \"why\", raise \"text\" or fail)", &k)) return -1;
+  if (g_kw(p, K, "a failure (fault \"why\", raise \"text\", fail or answer)", &k)) return -1;
   if (k == 0) return g_str(p, "a string (why the device faults)");
   if (k == 1) return g_str(p, "a string (the exception's text)");
   return 0;

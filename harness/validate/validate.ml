@@ -16,7 +16,7 @@ type violation = { clause : string; detail : string; events : event list }
 
 exception Abandoned of string
 
-type user_act = Open of string | Close of string
+type user_act = Open of string | Close of string | Request of string
 
 (* Grace beyond the rig's hang bound before GUAR-7 calls a rig unbounded:
    generous, since only a rig that never gives up should trip it. *)
@@ -216,7 +216,7 @@ module Make (D : Rig_edge.Driver) = struct
     | Some (D.Fault why) when counted && not dev.stopped ->
         (* A Fault that comes while the program closes or reopens the device
            may come after rig lost it for that: then either fault is right. *)
-        if List.exists (fun (_, (Open n | Close n)) -> n = dev.name) !acts then dev.faulted_at_close <- true
+        if List.exists (fun (_, a) -> match a with Open n | Close n -> n = dev.name | Request _ -> false) !acts then dev.faulted_at_close <- true
         else if dev.faulted = None then dev.faulted <- Some fin;
         lose dev "CNT-6" ("Fault " ^ why ^ " from " ^ fn) fin
     | Some (Invalid_argument _) when fn = "entry" -> ()
@@ -274,7 +274,10 @@ module Make (D : Rig_edge.Driver) = struct
 
   let user act f =
     let me = (self (), act) in
-    locked (fun () -> acts := me :: !acts);
+    locked (fun () ->
+        (* The asks of an earlier request on this thread have ended. *)
+        (match act with Request _ -> close_entry_streak (tstate ()) | Open _ | Close _ -> ());
+        acts := me :: !acts);
     Fun.protect ~finally:(fun () -> locked (fun () -> acts := List.filter (( != ) me) !acts)) f
 
   let set_hang_ms ms = locked (fun () -> hang_ms := ms)
@@ -565,7 +568,7 @@ module Make (D : Rig_edge.Driver) = struct
       | [] -> ()
       | (_, fn, s) :: _ ->
           violate "CNT-2" [ s; e ] "stop of %s while a counted call of %s is in flight" dev.id fn);
-      let inside = List.exists (fun (_, (Open n | Close n)) -> n = dev.name) !acts in
+      let inside = List.exists (fun (_, a) -> match a with Open n | Close n -> n = dev.name | Request _ -> false) !acts in
       if not inside then violate "STOP-1" [ e ] "stop of %s outside a close or an open of its name" dev.id;
       (match (dev.faulted, fault) with
       | Some f, None -> violate "STOP-1" [ f; e ] "stop of %s with fault None after a Fault of a counted call" dev.id

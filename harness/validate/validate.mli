@@ -32,8 +32,10 @@ type violation = { clause : string; detail : string; events : event list }
 exception Abandoned of string
 
 (** What the driving program is asking the rig to do: stop is due only
-    inside one of these (STOP-1). *)
-type user_act = Open of string | Close of string
+    inside an Open or a Close (STOP-1); a [Request what] is any other
+    request (e.g. "entry"), which starts the count of the asks it makes
+    (CODE-4) afresh on its thread. *)
+type user_act = Open of string | Close of string | Request of string
 
 module Make (D : Rig_edge.Driver) : sig
   include Rig_edge.Driver
