@@ -41,3 +41,11 @@ fuzz: fuzz-regress
 
 fuzz-smoke: fuzz-regress
 	$(call fuzz_run,$(FUZZ_SMOKE_TIME))
+
+# A fuzz input as a scenario replaying its schedule in the certifier
+# (fuzz/to_scenario.sh; docs/scenario-language.md, statement schedule):
+#   make fuzz-to-scenario INPUT=path [MUTANT=name] [OUT=dir/file.scn]
+.PHONY: fuzz-to-scenario
+fuzz-to-scenario:
+	@test -n "$(INPUT)" || { echo "usage: make fuzz-to-scenario INPUT=path [MUTANT=name] [OUT=dir/file.scn]" >&2; exit 2; }
+	@./fuzz/to_scenario.sh "$(INPUT)" "$(MUTANT)" $(if $(OUT),"$(OUT)")

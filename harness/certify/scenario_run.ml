@@ -171,24 +171,61 @@ module Interp (P : Rig_edge.Package) = struct
     | exception Invalid_argument _ -> "invalid_argument"
     | exception _ -> "error"
 
+  (* The fuzzer's mutant for the schedules that follow (schedule_mutant). *)
+  let schedule_mutant = ref (0, "none")
+
+  (* A run of consecutive schedule lines: one fuzz input, run by the fuzzer's
+     interpreter on its own fake device; its violation is a finding under the
+     clause it names (a name that is no clause, DEC-QUEUE, goes under the
+     scenario's first clause). *)
+  let schedule ~file ~clause (first : S.stmt) hex acc =
+    (* The parser let only pairs of hex digits through. *)
+    let bytes = String.init (String.length hex / 2) (fun i -> Char.chr (int_of_string ("0x" ^ String.sub hex (2 * i) 2))) in
+    let trace = match Sys.getenv_opt "RIG_FUZZ_TRACE" with Some ("" | "0") | None -> false | Some _ -> true in
+    match Schedule.run ~trace ~mutant:(fst !schedule_mutant) bytes with
+    | Error why -> broken "the schedule's fake could not be set up: %s" why
+    | Ok None -> ()
+    | Ok (Some v) ->
+        let id, prefix = if Catalog.find v.clause = None then (clause, v.clause ^ ": ") else (v.clause, "") in
+        acc :=
+          finding id "%s:%d: schedule (%d bytes%s): VIOLATION %s at step %d: %s%s" file first.line (String.length bytes)
+            (if fst !schedule_mutant = 0 then "" else ", mutant " ^ snd !schedule_mutant)
+            v.clause v.step prefix v.message
+          :: !acc
+
   let run ~file (t : S.t) acc =
     let clause = List.hd t.clauses in
     let finish () =
       E.close_all ();
       List.iter (fun (th, _, _) -> Thread.join th) (threads ())
     in
-    Fun.protect ~finally:finish (fun () ->
-        List.iter
-          (fun (st : S.stmt) ->
-            let expected = Option.value st.expect ~default:"ok" in
-            match attempt st.verb st.args with
-            | outcome when outcome <> expected ->
-                acc :=
-                  finding clause "%s:%d: %s ended %s, not %s" file st.line (S.string_of_stmt st) outcome expected
-                  :: !acc
-            | _ -> ()
-            | exception Broken why -> broken "%s:%d: %s" file st.line why)
-          t.stmts)
+    let rec go = function
+      | [] -> ()
+      | (st : S.stmt) :: rest when st.verb = "schedule" ->
+          let rec take acc = function
+            | ({ S.verb = "schedule"; args = [ S.Str h ]; _ } : S.stmt) :: rest -> take (h :: acc) rest
+            | rest -> (String.concat "" (List.rev acc), rest)
+          in
+          let hex, rest = take [] (st :: rest) in
+          (try schedule ~file ~clause st hex acc with Broken why -> broken "%s:%d: %s" file st.line why);
+          go rest
+      | { S.verb = "schedule_mutant"; args = [ a ]; _ } :: rest ->
+          (* load checked the name *)
+          schedule_mutant :=
+            (match a with S.Int n -> (n, string_of_int n) | a -> (Option.get (Schedule.mutant_code (word a)), word a));
+          go rest
+      | st :: rest ->
+          let expected = Option.value st.expect ~default:"ok" in
+          (match attempt st.verb st.args with
+          | outcome when outcome <> expected ->
+              acc :=
+                finding clause "%s:%d: %s ended %s, not %s" file st.line (S.string_of_stmt st) outcome expected
+                :: !acc
+          | _ -> ()
+          | exception Broken why -> broken "%s:%d: %s" file st.line why);
+          go rest
+    in
+    Fun.protect ~finally:finish (fun () -> go t.stmts)
 end
 
 let case ~file (t : S.t) =
@@ -212,6 +249,22 @@ let case ~file (t : S.t) =
   in
   { name; clauses = t.clauses; run }
 
+(* The parser takes any word after schedule_mutant; the fuzzer's mutants are
+   known here. *)
+let check_mutants ~file (t : S.t) =
+  match
+    List.find_opt
+      (fun (st : S.stmt) ->
+        match (st.verb, st.args) with "schedule_mutant", [ S.Word w ] -> Schedule.mutant_code w = None | _ -> false)
+      t.stmts
+  with
+  | Some ({ args = [ S.Word w ]; _ } as st) ->
+      Error
+        (Printf.sprintf "%s:%d:%d: expected a mutant of the fuzzer (%s, or a code), found '%s'" file st.line
+           (st.col + String.length "schedule_mutant ")
+           (String.concat ", " Schedule.mutant_names) w)
+  | _ -> Ok ()
+
 let load dir =
   match Sys.readdir dir with
   | exception Sys_error _ -> Ok []
@@ -226,5 +279,5 @@ let load dir =
               | Ok t -> (
                   match List.find_opt (fun id -> Catalog.find id = None) t.clauses with
                   | Some id -> Error (Printf.sprintf "%s: clause %s is not in spec/clauses.tsv" file id)
-                  | None -> Ok (cases @ [ case ~file t ]))))
+                  | None -> Result.map (fun () -> cases @ [ case ~file t ]) (check_mutants ~file t))))
         (Ok []) files

@@ -654,13 +654,36 @@ static int g_submit(struct P *p) {
 enum verb {
   V_SCENARIO, V_CLAUSES, V_NEEDS, V_CONFIGURE, V_INJECT, V_OPEN, V_CLOSE, V_ALLOC, V_FREE,
   V_MAP_PEER, V_MAP_HOST, V_DMA, V_WRITE, V_READ, V_LOAD, V_UNLOAD, V_ENTRY, V_PREPARE,
-  V_SUBMIT, V_WAIT, V_SPAWN, V_AWAIT_CALL, V_JOIN, V_COUNT
+  V_SUBMIT, V_WAIT, V_SPAWN, V_AWAIT_CALL, V_JOIN, V_SCHEDULE, V_SCHEDULE_MUTANT, V_COUNT
 };
 static const char *const VERBS[] = {
     "scenario", "clauses", "needs", "configure", "inject", "open", "close", "alloc",
     "free", "map_peer", "map_host", "dma", "write", "read", "load", "unload", "entry",
-    "prepare", "submit", "wait", "spawn", "await_call", "join", NULL};
-#define VERBS_WHAT "a statement (scenario, clauses, needs, configure, inject, open, close, alloc, free, map_peer, map_host, dma, write, read, load, unload, entry, prepare, submit, wait, spawn, await_call or join)"
+    "prepare", "submit", "wait", "spawn", "await_call", "join", "schedule", "schedule_mutant", NULL};
+#define VERBS_WHAT "a statement (scenario, clauses, needs, configure, inject, open, close, alloc, free, map_peer, map_host, dma, write, read, load, unload, entry, prepare, submit, wait, spawn, await_call, join, schedule or schedule_mutant)"
+
+/* The fake's knobs and the fuzzer's schedules: only after "needs fake". */
+static int fake_only(int v) {
+  return v == V_CONFIGURE || v == V_INJECT || v == V_SCHEDULE || v == V_SCHEDULE_MUTANT;
+}
+
+/* schedule "HEX": the bytes of a room/grow fuzz input, two hex digits each.
+ * The digits are checked on the source text, so that an error points at
+ * the column of the offending character; escapes are not hex digits. */
+static int g_schedule(struct P *p) {
+  const struct tok *t = next(p);
+  char b[64];
+  if (t->k != T_STR) return expected(p, t, "a string of hex digits (the fuzz input's bytes)");
+  size_t n = t->srclen - 2; /* between the quotes */
+  if (n == 0) return expected(p, t, "a string of hex digits (the fuzz input's bytes), not an empty one");
+  for (size_t i = 0; i < n; i++)
+    if (hexval(t->src[1 + i]) < 0)
+      return fail(p, t->col + 1 + (int)i, "expected a hex digit (0-9, a-f, A-F) in a schedule, found %s",
+                  describe_char(&t->src[1 + i], b, sizeof b));
+  if (n % 2)
+    return fail(p, t->col, "expected an even number of hex digits (two per byte), found %zu", n);
+  return 0;
+}
 
 /* The arguments of an action (not scenario/clauses/needs), cursor after
  * the verb. */
@@ -698,6 +721,14 @@ static int g_action(struct P *p, enum verb v) {
   case V_WAIT: return g_ref(p, S_DEV) || g_ref(p, S_SUB);
   case V_AWAIT_CALL: return g_kw(p, FNS, FNS_WHAT, NULL);
   case V_JOIN: return g_ref(p, S_THR);
+  case V_SCHEDULE: return g_schedule(p);
+  case V_SCHEDULE_MUTANT: {
+    /* The name is checked by the interpreter, which knows the fuzzer's mutants. */
+    const struct tok *t = next(p);
+    if (t->k != T_WORD && !(t->k == T_INT && t->ival >= 0))
+      return expected(p, t, "a mutant of the fuzzer (a name like grow-writes-queue, none, or a code >= 0)");
+    return 0;
+  }
   default: return -1; /* not reached: spawn and the header are handled by the caller */
   }
 }
@@ -791,16 +822,17 @@ static int statement(struct P *p) {
     if (g_new(p, S_THR)) return -1;
     t = next(p);
     inner = in_set(t, VERBS);
-    if (inner < 0 || inner == V_SCENARIO || inner == V_CLAUSES || inner == V_NEEDS || inner == V_SPAWN)
-      return expected(p, t, "a statement to run on the thread (any but scenario, clauses, needs and spawn)");
-    if ((inner == V_CONFIGURE || inner == V_INJECT) && !p->needs_line)
+    if (inner < 0 || inner == V_SCENARIO || inner == V_CLAUSES || inner == V_NEEDS || inner == V_SPAWN ||
+        inner == V_SCHEDULE || inner == V_SCHEDULE_MUTANT)
+      return expected(p, t, "a statement to run on the thread (any but scenario, clauses, needs, spawn, schedule and schedule_mutant)");
+    if (fake_only(inner) && !p->needs_line)
       return fail(p, t->col, "expected 'needs fake' before %s (its knobs are the fake driver's), found none",
                   VERBS[inner]);
     if (g_action(p, (enum verb)inner)) return -1;
     break;
   }
   default:
-    if ((v == V_CONFIGURE || v == V_INJECT) && !p->needs_line)
+    if (fake_only(v) && !p->needs_line)
       return fail(p, vt->col, "expected 'needs fake' before %s (its knobs are the fake driver's), found none",
                   VERBS[v]);
     if (g_action(p, (enum verb)v)) return -1;
@@ -810,7 +842,7 @@ static int statement(struct P *p) {
   int nargs = p->ti - 1;
   const char *expect = NULL;
   const struct tok *t = peek(p);
-  int arrow_ok = v > V_INJECT && v != V_SPAWN;
+  int arrow_ok = v > V_INJECT && v != V_SPAWN && v != V_SCHEDULE && v != V_SCHEDULE_MUTANT;
   if (t->k == T_ARROW && v == V_SPAWN)
     return fail(p, t->col, "expected the end of the line (a spawned statement's outcome is "
                            "checked by its join: join T => OUTCOME), found '=>'");
