@@ -47,9 +47,10 @@ unit: build
 ## test: the whole suite
 test: unit selftest pytest
 
-## bench: validation layer cost ratio and certify wall time (not a test)
+## bench: validation layer cost ratio and certify wall time, then the fuzzers' exec/s (not a test)
 bench: build
 	$(RIG_CONFORM) bench -j $(J)
+	$(MAKE) -s fuzz-bench
 
 install: build
 	install -d $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig

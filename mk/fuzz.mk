@@ -49,3 +49,22 @@ fuzz-smoke: fuzz-regress
 fuzz-to-scenario:
 	@test -n "$(INPUT)" || { echo "usage: make fuzz-to-scenario INPUT=path [MUTANT=name] [OUT=dir/file.scn]" >&2; exit 2; }
 	@./fuzz/to_scenario.sh "$(INPUT)" "$(MUTANT)" $(if $(OUT),"$(OUT)")
+
+# The fuzzers' speed, for make bench: FUZZ_BENCH_RUNS (20000) executions of
+# each target from its corpus (new inputs go to a temporary directory, not to
+# the corpus); exec/s is libFuzzer's stat::number_of_executed_units
+# (-print_final_stats) over the run's wall time (its own average_exec_per_sec
+# divides by whole seconds: 0 under one second).
+.PHONY: fuzz-bench
+FUZZ_BENCH_RUNS ?= 20000
+fuzz-bench: fuzz-build
+	@set -e; for b in $(FUZZ_OUT)/*_fuzz; do t=$$(basename $$b _fuzz); \
+	  w=$$(mktemp -d); t0=$$(date +%s.%N); \
+	  $$b -seed=1 -runs=$(FUZZ_BENCH_RUNS) -timeout=10 -print_final_stats=1 -artifact_prefix=$$w/ \
+	    $$w fuzz/corpus/$$t > $$w/log 2>&1 || { tail -20 $$w/log; rm -rf $$w; echo "fuzz-bench: $$t failed" >&2; exit 1; }; \
+	  t1=$$(date +%s.%N); \
+	  awk -v t=$$t -v s=$$t0 -v e=$$t1 '/^stat::number_of_executed_units:/ {n=$$2} \
+	    END {if (n == "") {print "fuzz-bench: " t ": no final stats" > "/dev/stderr"; exit 1}; \
+	         printf "fuzz %-10s %8d execs in %6.2f s  %8.0f exec/s\n", t, n, e - s, n / (e - s)}' $$w/log \
+	    || { rm -rf $$w; exit 1; }; \
+	  rm -rf $$w; done

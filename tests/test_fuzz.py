@@ -1,4 +1,6 @@
-"""The room/grow libFuzzer target (fuzz/room_grow_fuzz.c, issue 6).
+"""The room/grow libFuzzer target (fuzz/room_grow_fuzz.c, issue 6), and its
+inputs turned into scenarios (fuzz/to_scenario.sh) that replay the same
+schedule in the certifier (the statement `schedule`).
 
 Built once with `make fuzz-build`.  Every subprocess has a timeout; the
 fuzzing runs are bounded by -max_total_time / -runs, never by a wall-clock
@@ -6,6 +8,7 @@ assertion.  Frugal: one process, no -jobs.
 """
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FUZZER = ROOT / "out" / "fuzz" / "room_grow_fuzz"
 CORPUS = ROOT / "fuzz" / "corpus" / "room_grow"
 REGRESSIONS = ROOT / "fuzz" / "regressions" / "room_grow"
+TO_SCENARIO = ROOT / "fuzz" / "to_scenario.sh"
+RIG = ROOT / "_build" / "default" / "harness" / "certify" / "main.exe"
 
 # mutant of enum fake_mutant -> the clause (or sanitizer report) that finds it
 MUTANTS = {
@@ -110,3 +115,129 @@ def test_short_fuzzing_finds_nothing_on_conforming_fake(fuzzer, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "DONE" in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# Fuzz inputs as scenarios: fuzz/to_scenario.sh, replayed by the certifier.
+
+
+@pytest.fixture(scope="module")
+def rig_bin():
+    from conftest import ensure_rig
+
+    return ensure_rig()
+
+
+def to_scenario(tmp_path, input_path, mutant=None, name=None):
+    """Writes the scenario of input_path into tmp_path; returns its case name."""
+    out = tmp_path / f"{name or Path(input_path).name}.scn"
+    proc = run([str(TO_SCENARIO), str(input_path), mutant or "", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file()
+    return "scn." + out.stem
+
+
+def replay(rig_bin, tmp_path, case):
+    """Runs one scenario case of tmp_path: (exit code, flagged clauses, stdout, stderr)."""
+    proc = run([rig_bin, "run", "--case", case, "--seed", "1"], env={"RIG_CONFORM_SCENARIOS": str(tmp_path)})
+    flagged = {l.split("\t")[1] for l in proc.stdout.splitlines() if l.startswith("FINDING\t")}
+    return proc.returncode, flagged, proc.stdout, proc.stderr
+
+
+# The mutants whose input the fuzzer reports as a clause (not a sanitizer report).
+VIOLATING = sorted(m for m, what in MUTANTS.items() if what.startswith("VIOLATION"))
+
+
+@pytest.mark.parametrize("mutant", VIOLATING)
+def test_regression_scenario_reports_the_fuzzers_clause(fuzzer, rig_bin, tmp_path, mutant):
+    """A regression input, as a scenario with its mutant, is a finding of the
+    clause the fuzzer itself reports, and of no other."""
+    path = REGRESSIONS / f"mutant-{mutant}"
+    proc = run([fuzzer, str(path)], env={"RIG_FUZZ_MUTANT": mutant})
+    m = re.search(r"VIOLATION (\S+) at step (\d+)", proc.stderr)
+    assert m, proc.stderr[-3000:]
+    case = to_scenario(tmp_path, path, mutant=mutant)
+    rc, flagged, out, err = replay(rig_bin, tmp_path, case)
+    assert rc == 1, out + err
+    assert flagged == {m[1]}, out + err
+    assert f"VIOLATION {m[1]} at step {m[2]}:" in out, out
+
+
+def test_regression_inputs_pass_on_the_conforming_fake(rig_bin, tmp_path):
+    """Without their mutant, the regression and corpus inputs find nothing."""
+    inputs = sorted(REGRESSIONS.iterdir()) + sorted(CORPUS.iterdir())
+    for p in inputs:
+        case = to_scenario(tmp_path, p)
+        rc, flagged, out, err = replay(rig_bin, tmp_path, case)
+        assert rc == 0 and not flagged, (p, out, err)
+
+
+def test_schedule_trace_matches_the_fuzzers(fuzzer, rig_bin, tmp_path):
+    """RIG_FUZZ_TRACE=1 prints the same steps in the certifier as in the fuzzer."""
+    seed = CORPUS / "two_threads_interleave"
+    case = to_scenario(tmp_path, seed)
+
+    def steps(text):
+        # handles are process-wide counters: compare the steps without them
+        return [re.sub(r"handle 0x[0-9a-f]+", "handle", l) for l in text.splitlines() if l[:4].strip().isdigit()]
+
+    fz = run([fuzzer, "-detect_leaks=0", str(seed)], env={"RIG_FUZZ_TRACE": "1"})
+    hv = run([rig_bin, "run", "--case", case, "--seed", "1"],
+             env={"RIG_CONFORM_SCENARIOS": str(tmp_path), "RIG_FUZZ_TRACE": "1"})
+    assert fz.returncode == hv.returncode == 0, (fz.stderr[-2000:], hv.stdout, hv.stderr[-2000:])
+    assert len(steps(fz.stderr)) > 5
+    assert steps(fz.stderr) == steps(hv.stderr)
+
+
+def test_scenario_header_says_how_to_replay(tmp_path):
+    out = tmp_path / "x.scn"
+    proc = run([str(TO_SCENARIO), str(REGRESSIONS / "mutant-grow-unused"), "grow-unused", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "fuzz/regressions/room_grow/mutant-grow-unused" in text
+    assert f"RIG_CONFORM_SCENARIOS={tmp_path}" in text and "run --case scn.x" in text
+    assert "RIG_FUZZ_MUTANT=grow-unused" in text
+    assert "\nschedule_mutant grow-unused\n" in text
+    assert re.search(r"^clauses .*QUEUE-1 .*STOP-3", text, re.M)
+
+
+def test_long_input_spans_several_schedule_lines(rig_bin, tmp_path):
+    """Consecutive schedule lines are one input: 600 bytes over 19 lines replay
+    as the same single file does (no finding on the conforming fake)."""
+    data = bytes((i * 37 + 11) % 256 for i in range(600))
+    p = tmp_path / "long-input"
+    p.write_bytes(data)
+    case = to_scenario(tmp_path, p, name="long")
+    text = (tmp_path / "long.scn").read_text()
+    hexes = re.findall(r'^schedule "([0-9a-f]+)"$', text, re.M)
+    assert len(hexes) == 19 and bytes.fromhex("".join(hexes)) == data
+    rc, flagged, out, err = replay(rig_bin, tmp_path, case)
+    assert rc == 0 and not flagged, out + err
+
+
+@pytest.mark.parametrize(
+    "line, col, fragment",
+    [
+        ('schedule "00zz"', 13, "expected a hex digit (0-9, a-f, A-F) in a schedule, found 'z'"),
+        ('schedule "000"', 10, "expected an even number of hex digits"),
+        ("schedule_mutant grow-everything", 17, "expected a mutant of the fuzzer (none, "),
+    ],
+)
+def test_malformed_schedule_is_a_file_line_col_error(rig_bin, tmp_path, line, col, fragment):
+    f = tmp_path / "bad.scn"
+    f.write_text('scenario "bad"\nclauses QUEUE-1\nneeds fake\n' + line + "\n")
+    proc = run([rig_bin, "run", "--case", "scn.bad", "--seed", "1"], env={"RIG_CONFORM_SCENARIOS": str(tmp_path)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{f}:4:{col}: {fragment}" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [([], "usage:"), (["/nonexistent/input"], "not a readable file"), (["DIR"], "not a readable file"),
+     (["INPUT", "bad mutant!"], "expected a name"), (["INPUT", "", "x.txt"], "must end in .scn")],
+)
+def test_to_scenario_errors(tmp_path, args, fragment):
+    subst = {"DIR": str(tmp_path), "INPUT": str(CORPUS / "one_thread_fits")}
+    proc = run([str(TO_SCENARIO)] + [subst.get(a, a) for a in args])
+    assert proc.returncode == 2
+    assert fragment in proc.stderr, proc.stderr

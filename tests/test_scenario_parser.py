@@ -221,6 +221,8 @@ VALID = {
     "spawned configure with needs fake": FAKE + "spawn t0 configure may_block=true\n",
     "unicode in strings and comments": 'scenario "ŝćénàrio" # ĉu?\nclauses X-1\n',
     "escape x00 in name": 'scenario "a\\x00b"\nclauses X-1\n',
+    "schedules": FAKE + 'schedule_mutant grow-writes-queue\nschedule "00aBcD"\nschedule "ff"\n'
+                 "schedule_mutant 0\nschedule_mutant none\nschedule \"\"\n",
     "launch with five args": HEAD + "open d0 0\nalloc b0 d0 device 8\nload i0 d0 kit\n"
                              "entry e0 i0 fill\nsubmit v0 d0 launch e0 b0 1 2 3 b0\n",
 }
@@ -301,7 +303,7 @@ MALFORMED = {
     "=> after spawn": (HEAD + "open d0 0\nalloc b0 d0 device 4\nsubmit v0 d0 fill b0 0 4 1\nspawn t1 wait d0 v0 => lost\n",
                        6, "=>", "checked by its join"),
     "spawn spawn": (HEAD + "spawn t0 spawn t1 join t0\n", 3, 10, "expected a statement to run on the thread"),
-    "spawn clauses": (HEAD + "spawn t0 clauses X-1\n", 3, 10, "any but scenario, clauses, needs and spawn"),
+    "spawn clauses": (HEAD + "spawn t0 clauses X-1\n", 3, 10, "any but scenario, clauses, needs, spawn, schedule"),
     "=> after configure": (FAKE + "configure may_block=true => ok\n", 4, "=>", "expected the end of the line, found '=>'"),
     "=> after inject": (FAKE + "inject free 1 fail => ok\n", 4, "=>", "found '=>'"),
     "absent after open": (HEAD + "open d0 0 => absent\n", 3, "absent", "absent only after entry"),
@@ -333,6 +335,25 @@ MALFORMED = {
     "garbage after header": (HEAD + "\x7f\x80", 3, 1, "found byte 0x7f"),
     "lone CR": (HEAD + "open d0\r0\n", 3, 8, "found byte 0x0d"),
 }
+
+
+# The schedule statements' errors, each the one line after a `needs fake`
+# header (line 4): (line, column or marker, a fragment of the message).
+SCHEDULE_MALFORMED = {
+    "spawn schedule": ('spawn t0 schedule "00"', 10, "expected a statement to run on the thread"),
+    "schedule not hex": ('schedule "00a0g1"', "g", "expected a hex digit (0-9, a-f, A-F) in a schedule, found 'g'"),
+    "schedule space": ('schedule "00 11"', 13, "expected a hex digit"),
+    "schedule escape": ('schedule "0\\x30"', "\\", "expected a hex digit"),
+    "schedule odd digits": ('schedule "abc"', '"', "expected an even number of hex digits (two per byte), found 3"),
+    "schedule word": ("schedule ab", "ab", "expected a string of hex digits"),
+    "schedule two strings": ('schedule "ab" "cd"', '"cd', "expected the end of the line"),
+    "=> after schedule": ('schedule "ab" => ok', "=>", "expected the end of the line, found '=>'"),
+    "schedule_mutant string": ('schedule_mutant "x"', '"', "expected a mutant of the fuzzer"),
+    "schedule_mutant negative": ("schedule_mutant -1", "-1", "expected a mutant of the fuzzer"),
+}
+MALFORMED.update({name: (FAKE + text + "\n", 4, where, what) for name, (text, where, what) in SCHEDULE_MALFORMED.items()})
+MALFORMED["schedule without needs fake"] = (HEAD + 'schedule "00"\n', 3, 1, "expected 'needs fake' before schedule")
+MALFORMED["schedule_mutant without needs fake"] = (HEAD + "schedule_mutant none\n", 3, 1, "expected 'needs fake'")
 
 
 def _col(text, line, where):

@@ -667,15 +667,15 @@ static int fake_only(int v) {
   return v == V_CONFIGURE || v == V_INJECT || v == V_SCHEDULE || v == V_SCHEDULE_MUTANT;
 }
 
-/* schedule "HEX": the bytes of a room/grow fuzz input, two hex digits each.
- * The digits are checked on the source text, so that an error points at
- * the column of the offending character; escapes are not hex digits. */
+/* schedule "HEX": the bytes of a room/grow fuzz input, two hex digits each
+ * ("" is the empty input, a valid schedule too).  The digits are checked on
+ * the source text, so that an error points at the column of the offending
+ * character; escapes are not hex digits. */
 static int g_schedule(struct P *p) {
   const struct tok *t = next(p);
   char b[64];
   if (t->k != T_STR) return expected(p, t, "a string of hex digits (the fuzz input's bytes)");
   size_t n = t->srclen - 2; /* between the quotes */
-  if (n == 0) return expected(p, t, "a string of hex digits (the fuzz input's bytes), not an empty one");
   for (size_t i = 0; i < n; i++)
     if (hexval(t->src[1 + i]) < 0)
       return fail(p, t->col + 1 + (int)i, "expected a hex digit (0-9, a-f, A-F) in a schedule, found %s",
