@@ -111,6 +111,10 @@ let mutant_table =
     ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
     ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
+    ("public-unmasked", "SIG-6", "its functions that start with the check of rig_holds () leave signals as the caller had them", 39);
+    ("masks-by-hand", "SIG-9", "its functions block signals with Thread.sigmask, not through Rig_edge_primitives", 40);
+    ("locate-waits", "LOCK-6", "locate enters a wait (for the device's channel) before it answers", 41);
+    ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
   ]
 
 (* The mutants of enum fake_mutant that the fuzzer (fuzz/room_grow_fuzz.c)
@@ -141,6 +145,10 @@ let m_make_in_lock = 34
 let m_sleep_unmasks = 35
 let m_sleep_keeps_runtime = 36
 let m_lock_order_inversion = 38
+let m_public_unmasked = 39
+let m_masks_by_hand = 40
+let m_locate_waits = 41
+let m_finaliser_unshielded = 42
 
 (* The code of the mutant of devices opened from now on; 0 for none. *)
 let mutant = Atomic.make 0
@@ -224,10 +232,18 @@ let next_id = Atomic.make 0
 let newest : t Weak.t = Weak.create (Array.length names)
 
 (* The start of each public function that may take a lock: the check of
-   LOCK-4, then signals blocked for the whole run (SIG-6). *)
+   LOCK-4, then signals blocked for the whole run (SIG-6), through the
+   primitives (SIG-9).  The mutants of the two go by the current mutant, as
+   openers and make have no device. *)
 let public fn f =
   P.check_unheld fn;
-  P.masked f
+  let m = Atomic.get mutant in
+  if m = m_public_unmasked then f ()
+  else if m = m_masks_by_hand then begin
+    let old = Thread.sigmask Unix.SIG_BLOCK (List.init 64 (fun i -> i + 1)) in
+    Fun.protect ~finally:(fun () -> ignore (Thread.sigmask Unix.SIG_SETMASK old)) f
+  end
+  else P.masked f
 
 (* A counted call: public, refused after stop, and injectable; [answer] is
    its failure answer, for the functions in [answerable].  Takes the
@@ -320,7 +336,9 @@ module D = struct
 
   let key = "rig-fake"
   let facts t = t.facts
-  let locate _ r = r.place
+  let locate t r =
+    if t.mut = m_locate_waits then P.wait Thread.yield;
+    r.place
 
   (* From what the devices learned at open only (MEM-4). *)
   let peer d d' =
@@ -497,6 +515,18 @@ end
 
 let name = "fake"
 
+(* The devices dropped without a stop, as their finaliser saw them; like
+   every finaliser of a driver's, it blocks signals with rig_shield (SIG-7). *)
+let unstopped_devices : string list Atomic.t = Atomic.make []
+
+let note_unstopped t =
+  if not (Atomic.get t.stopped) then begin
+    let note () = update unstopped_devices (fun l -> Printf.sprintf "%s#%d" t.name t.id :: l) in
+    if t.mut = m_finaliser_unshielded then note () else P.shield note
+  end
+
+let unstopped () = Atomic.get unstopped_devices
+
 let open_device slot =
   let cfg = Atomic.get config in
   let mut = Atomic.get mutant in
@@ -534,10 +564,11 @@ let open_device slot =
         };
     }
   in
+  Gc.finalise note_unstopped t;
   t
 
 let openers () =
-  P.check_unheld "openers";
+  public "openers" @@ fun () ->
   Array.to_list
     (Array.mapi
        (fun slot name ->

@@ -76,3 +76,6 @@ val clear_injections : unit -> unit
 (** [usage d m] is the bytes of [d]'s memory [m] in use: regions, entries'
     scratch and, for Device, queue slots. *)
 val usage : D.t -> Rig_edge.memory -> int
+
+(** The devices ("fake0#3") a finaliser found dropped without a stop. *)
+val unstopped : unit -> string list

@@ -29,10 +29,6 @@ let why_unchecked = function
       "not certified here: the room/grow fuzzer checks it on the fake driver's C functions (make fuzz)"
   | "CNT-3" -> "no check yet: needs a C call of a may_block device held in flight across a close"
   | "LOCK-3" -> "no check yet: a driver's own locks are invisible from outside between its calls"
-  | "LOCK-6" -> "no check of its own yet: the callback probes (LOCK-5, LOCK-9) call locate and peer at every allocation"
-  | "SIG-6" -> "no check yet: a driver's own mask before its first wait is invisible from outside"
-  | "SIG-7" -> "no check yet: a driver's finalisers and exit handlers are not reachable through its Package"
-  | "SIG-9" -> "no check yet: which primitives a driver's OCaml code uses is not observable from outside"
   | "MEM-9" | "MEM-10" | "MEM-11" -> "no check yet: needs a bus the harness can observe (no fake bus agent)"
   | _ -> "no check of this clause yet"
 

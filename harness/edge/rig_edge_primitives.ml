@@ -18,6 +18,10 @@ external shield_end : mask -> unit = "caml_rig_shield_end"
 external run_pending : unit -> unit = "caml_rig_run_pending"
 external block_all : unit -> unit = "caml_rig_block_all" [@@noalloc]
 external c_fault_signals : unit -> int list = "caml_rig_fault_signals"
+external mask_as_left : unit -> bool = "caml_rig_mask_as_left" [@@noalloc]
+external blocks_rig_set : unit -> bool = "caml_rig_blocks_rig_set" [@@noalloc]
+external activity : unit -> int = "caml_rig_activity" [@@noalloc]
+external masks : unit -> int = "caml_rig_masks" [@@noalloc]
 
 let fault_signals = c_fault_signals ()
 

@@ -92,6 +92,28 @@ val spawn : (unit -> unit) -> Thread.t
 (** The signals rig_mask leaves unblocked because a fault raises them. *)
 val fault_signals : int list
 
+(** {1 What the certifier observes}
+
+    Not for drivers: the certifier's probes read these at allocation points
+    inside a driver's calls. *)
+
+(** Whether the calling thread's mask is the one the primitives last left
+    it with (true where none has set one yet): false once code changed it
+    by other means (SIG-9). *)
+val mask_as_left : unit -> bool
+
+(** Whether the calling thread blocks every signal rig_mask blocks (SIG-6,
+    SIG-7). *)
+val blocks_rig_set : unit -> bool
+
+(** How many counted locks the calling thread has taken and waits it has
+    entered so far (LOCK-6: locate and peer do neither). *)
+val activity : unit -> int
+
+(** How many times the calling thread has blocked signals through {!mask}
+    (rig_mask) or {!shield} (rig_shield_begin) so far (SIG-6, SIG-7). *)
+val masks : unit -> int
+
 (** {1 The self-test's edge mutants}
 
     Not for drivers: knobs that each break one edge clause (LOCK-7, SIG-4,

@@ -25,12 +25,16 @@ CAMLextern int caml_rev_convert_signal_number(int);
 
 static __thread int holds_count;
 
+/* Takes of counted locks and waits entered on this thread, for the
+ * certifier's LOCK-6 probe (locate and peer do neither). */
+static __thread long activity;
+
 int rig_holds(void) { return holds_count; }
-void rig_hold(void) { holds_count++; }
+void rig_hold(void) { holds_count++; activity++; }
 void rig_give(void) { holds_count--; }
 
 value caml_rig_holds(value unit) { (void)unit; return Val_int(holds_count); }
-value caml_rig_hold(value unit) { (void)unit; holds_count++; return Val_unit; }
+value caml_rig_hold(value unit) { (void)unit; holds_count++; activity++; return Val_unit; }
 value caml_rig_give(value unit) { (void)unit; holds_count--; return Val_unit; }
 
 /* ------------------------------------------------------------- signals */
@@ -61,22 +65,42 @@ static __thread int masked_depth;
  * a handler that runs while the mask is open sees it set. */
 static __thread int in_wait_flag;
 
+/* The mask the primitives last left this thread with, read back from the
+ * kernel: a mask that differs was changed by other means (SIG-9). */
+static __thread sigset_t left_mask;
+static __thread int left_known;
+
+/* Masks and shields the OCaml primitives took on this thread (SIG-6, SIG-7
+ * probes); a C finaliser's rig_shield_begin, which runs inside the GC, is
+ * not an OCaml finaliser's. */
+static __thread long masks;
+
+static void note_left(void) {
+  sigemptyset(&left_mask); /* the kernel fills only the signals it has */
+  pthread_sigmask(SIG_BLOCK, NULL, &left_mask);
+  left_known = 1;
+}
+
 void rig_mask(sigset_t *old) {
   sigset_t set, prev;
   rig_blocked_set(&set);
   pthread_sigmask(SIG_SETMASK, &set, &prev);
   if (masked_depth++ == 0) premask = prev;
   if (old) *old = prev;
+  note_left();
 }
 
 void rig_restore(const sigset_t *old) {
   if (masked_depth > 0) masked_depth--;
   pthread_sigmask(SIG_SETMASK, old, NULL);
+  note_left();
 }
 
 void rig_unblock(void) {
   in_wait_flag = 1;
+  activity++;
   if (masked_depth > 0) pthread_sigmask(SIG_SETMASK, &premask, NULL);
+  note_left();
 }
 
 void rig_block(void) {
@@ -85,6 +109,7 @@ void rig_block(void) {
     rig_blocked_set(&set);
     pthread_sigmask(SIG_SETMASK, &set, NULL);
   }
+  note_left();
   in_wait_flag = 0;
 }
 
@@ -92,9 +117,13 @@ void rig_shield_begin(sigset_t *old) {
   sigset_t set;
   rig_blocked_set(&set);
   pthread_sigmask(SIG_BLOCK, &set, old);
+  note_left();
 }
 
-void rig_shield_end(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+void rig_shield_end(const sigset_t *old) {
+  pthread_sigmask(SIG_SETMASK, old, NULL);
+  note_left();
+}
 
 /* An OCaml mask is the bytes of a sigset_t, in a string. */
 static value mask_to_value(const sigset_t *s) {
@@ -107,6 +136,7 @@ value caml_rig_mask(value unit) {
   (void)unit;
   sigset_t old;
   rig_mask(&old);
+  masks++;
   return mask_to_value(&old);
 }
 
@@ -125,6 +155,7 @@ value caml_rig_shield_begin(value unit) {
   (void)unit;
   sigset_t old;
   rig_shield_begin(&old);
+  masks++;
   return mask_to_value(&old);
 }
 
@@ -149,8 +180,45 @@ value caml_rig_block_all(value unit) {
   sigset_t set;
   rig_blocked_set(&set);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
+  note_left();
   return Val_unit;
 }
+
+/* ------------------------------------------- what the certifier observes */
+
+static void current_mask(sigset_t *m) {
+  sigemptyset(m);
+  pthread_sigmask(SIG_BLOCK, NULL, m);
+}
+
+/* Whether the thread's mask is the one the primitives last left it with
+ * (true on a thread where no primitive has set one yet). */
+value caml_rig_mask_as_left(value unit) {
+  (void)unit;
+  if (!left_known) return Val_true;
+  sigset_t now;
+  current_mask(&now);
+  for (int s = 1; s < NSIG; s++)
+    if (sigismember(&now, s) != sigismember(&left_mask, s)) return Val_false;
+  return Val_true;
+}
+
+/* Whether the thread blocks every signal rig_mask blocks, of those a
+ * thread can block (not SIGKILL, SIGSTOP, nor the C library's own). */
+value caml_rig_blocks_rig_set(value unit) {
+  (void)unit;
+  sigset_t now, rig;
+  current_mask(&now);
+  rig_blocked_set(&rig);
+  for (int s = 1; s < NSIG; s++) {
+    if (s == SIGKILL || s == SIGSTOP || (s >= 32 && s < SIGRTMIN)) continue;
+    if (sigismember(&rig, s) && !sigismember(&now, s)) return Val_false;
+  }
+  return Val_true;
+}
+
+value caml_rig_activity(value unit) { (void)unit; return Val_long(activity); }
+value caml_rig_masks(value unit) { (void)unit; return Val_long(masks); }
 
 value caml_rig_fault_signals(value unit) {
   CAMLparam1(unit);

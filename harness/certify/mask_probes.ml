@@ -1,0 +1,244 @@
+(* Masks at every allocation point of a driver's own calls, finalisers, and
+   the quiet of locate and peer; see mask_probes.mli. *)
+
+open Case
+module P = Rig_edge_primitives
+
+exception Skip of string
+
+let self () = Thread.id (Thread.self ())
+
+(* ------------------------------------------------------------ the watch *)
+
+(* One allocation the watched thread made: its mask and the primitives'
+   state then. *)
+type seen = { blocked : bool; waiting : bool; as_left : bool }
+
+type watch = { tid : int; mutable seen : seen list (* newest first *) }
+
+(* The callback runs on the allocating thread and touches only the watch of
+   that thread; allocations of OCaml code run it at once, so that nothing
+   allocated before a watch starts is seen inside it. *)
+let current : watch option Atomic.t = Atomic.make None
+
+let on_alloc _ =
+  (match Atomic.get current with
+  | Some w when w.tid = self () ->
+      w.seen <- { blocked = P.blocks_rig_set (); waiting = P.in_wait (); as_left = P.mask_as_left () } :: w.seen
+  | _ -> ());
+  None
+
+let profiling = ref false
+
+let start_profile () =
+  if not !profiling then begin
+    profiling := true;
+    let tracker = { Gc.Memprof.null_tracker with alloc_minor = on_alloc; alloc_major = on_alloc } in
+    ignore (Gc.Memprof.start ~sampling_rate:1.0 ~callstack_size:0 tracker)
+  end
+
+(* [watched f]: f's outcome, the allocations this thread made inside it in
+   order, and how many times it blocked signals through the primitives. *)
+let watched f =
+  start_profile ();
+  let w = Some { tid = self (); seen = [] } in
+  let masks = P.masks () in
+  Atomic.set current w;
+  (* The watch ends before the outcome is boxed: that allocation is ours. *)
+  let outcome =
+    match f () with
+    | v -> Atomic.set current None; Ok v
+    | exception e -> Atomic.set current None; Error e
+  in
+  let seen = match w with Some w -> List.rev w.seen | None -> [] in
+  (outcome, seen, P.masks () - masks)
+
+(* The thread's signals all unblocked, and the primitives told so: a call
+   made from here runs as the program's own call of a driver function. *)
+let unmask_thread () =
+  ignore (Thread.sigmask Unix.SIG_SETMASK []);
+  P.restore (P.mask ())
+
+(* ------------------------------------------------------ SIG-6 and SIG-9 *)
+
+(* How a call that starts with the check of rig_holds () blocked signals
+   (SIG-6): it must block rig_mask's set for its whole run.  The closures a
+   call allocates before its first mask, and what it allocates after giving
+   the mask back, are the OCaml shape of any such function (the mask is
+   taken inside them); what is judged is a call that never blocked them, or
+   one that opened them between two blocked allocations outside a wait. *)
+let judge_sig6 name seen masks =
+  let outside = List.filter (fun s -> not s.waiting) seen in
+  let blocked = List.mapi (fun i s -> (i, s.blocked)) outside in
+  let first = List.find_map (fun (i, b) -> if b then Some i else None) blocked in
+  let last = List.fold_left (fun acc (i, b) -> if b then Some i else acc) None blocked in
+  match (first, last) with
+  | None, _ | _, None ->
+      if outside <> [] && masks = 0 then
+        [ finding "SIG-6" "%s, called with the thread's signals unblocked, ran %d allocation(s) of OCaml code without blocking rig_mask's signals" name (List.length outside) ]
+      else []
+  | Some f, Some l ->
+      let holes = List.filter (fun (i, b) -> i > f && i < l && not b) blocked in
+      if holes = [] then []
+      else
+        [ finding "SIG-6" "%s let rig_mask's signals through at %d allocation(s) outside a wait, between allocations with them blocked" name (List.length holes) ]
+
+let judge_sig9 name seen =
+  match List.length (List.filter (fun s -> not s.as_left) seen) with
+  | 0 -> []
+  | n ->
+      [ finding "SIG-9" "%s ran %d allocation(s) with a signal mask the primitives did not set (changed by other means than Rig_edge_primitives)" name n ]
+
+module Own_calls (Pk : Rig_edge.Package) = struct
+  module D = Pk.D
+
+  let lock = P.Lock.create "the probe's lock"
+  let findings = ref []
+  let checked = ref []
+
+  (* [step name f]: f run inside a counted lock of the probe's; a function
+     that raises Invalid_argument there starts with the check of rig_holds ()
+     and runs again unlocked, from the unmasked thread, watched for SIG-6.
+     Both runs are watched for SIG-9.  The value is that of the run that
+     went through. *)
+  let step name f =
+    let under, seen, _ = watched (fun () -> P.Lock.protect lock f) in
+    findings := judge_sig9 (name ^ " (inside a lock)") seen @ !findings;
+    match under with
+    | Error (Invalid_argument _) ->
+        checked := name :: !checked;
+        let outcome, seen, masks = watched f in
+        findings := judge_sig6 name seen masks @ judge_sig9 name seen @ !findings;
+        (match outcome with Ok v -> v | Error e -> raise e)
+    | Ok v -> v
+    | Error e -> raise e
+
+  let run ~seed =
+    unmask_thread ();
+    let os = step "the capability (openers)" Pk.openers in
+    let o = match os with o :: _ -> o | [] -> raise (Skip "the driver has no device") in
+    let d = step (o.name ^ ".make") o.make in
+    let attempt name f = try Some (step name f) with _ -> None in
+    let r = Option.join (attempt "alloc" (fun () -> D.alloc d Rig_edge.Device 64)) in
+    let im = match attempt "image" (fun () -> D.image d Pk.kit.binary) with Some (Ok i) -> Some i | _ -> None in
+    Option.iter
+      (fun i ->
+        Option.iter
+          (fun f ->
+            ignore (attempt "entry" (fun () -> D.entry i f));
+            ignore (attempt "prepare" (fun () -> D.prepare i f)))
+          Pk.kit.spin)
+      im;
+    let w = D.signaled d in
+    ignore (attempt "sleep" (fun () -> D.sleep d ~seen:w ~still_ms:(1 + (seed mod 5))));
+    Option.iter (fun r -> ignore (attempt "free" (fun () -> D.free d r))) r;
+    Option.iter (fun i -> ignore (attempt "unload" (fun () -> D.unload i))) im;
+    ignore (attempt "stop" (fun () -> D.stop d ~fault:None));
+    Option.iter (fun w -> ignore (attempt "free of the word" (fun () -> D.free d w))) (D.facts d).own_word;
+    if !checked = [] then raise (Skip "no function of the driver starts with the check of rig_holds ()");
+    List.rev !findings
+end
+
+(* ---------------------------------------------------------------- SIG-7 *)
+
+(* Finalisers run inside Gc.full_major on the thread that asks for it; the
+   probe allocates nothing there, so every allocation the watch sees there
+   is an OCaml finaliser's.  Those of a driver block signals with
+   rig_shield: from an unmasked thread, finalisers that allocated, never
+   with signals blocked, and took no shield are a violation.  (C finalisers
+   of custom blocks allocate nothing and are not judged.) *)
+module Finalisers (Pk : Rig_edge.Package) = struct
+  module D = Pk.D
+
+  let run ~seed =
+    unmask_thread ();
+    (* Devices and regions dropped without stop or free: what a program
+       that lost them leaves to the driver's finalisers. *)
+    let drop () =
+      List.iter
+        (fun (o : D.t Rig_edge.opener) ->
+          match P.masked o.make with
+          | d -> ignore (try P.masked (fun () -> D.alloc d Rig_edge.Device (4 * (1 + (seed mod 8)))) with _ -> None)
+          | exception _ -> ())
+        (P.masked Pk.openers)
+    in
+    drop ();
+    let _, seen, masks = watched (fun () -> Gc.full_major (); Gc.full_major ()) in
+    match seen with
+    | [] -> raise (Skip "no finaliser of the driver ran (none allocated) for devices and regions dropped without stop or free")
+    | _ when masks = 0 && not (List.exists (fun s -> s.blocked) seen) ->
+        [ finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
+    | _ -> []
+end
+
+(* --------------------------------------------------------------- LOCK-6 *)
+
+(* locate and peer, called in each state a device goes through, inside a
+   counted lock and outside one: neither may take a counted lock, enter a
+   wait (the primitives' count of both on this thread) nor raise. *)
+module Quiet (Pk : Rig_edge.Package) = struct
+  module D = Pk.D
+
+  let run ~seed =
+    let os = P.masked Pk.openers in
+    let devices = List.filter_map (fun (o : D.t Rig_edge.opener) -> try Some (P.masked o.make) with _ -> None) os in
+    let d = match devices with d :: _ -> d | [] -> raise (Skip "the driver opens no device") in
+    let r =
+      match P.masked (fun () -> D.alloc d Rig_edge.Device 64) with
+      | Some r -> r
+      | None | (exception _) -> raise (Skip "alloc of 64 bytes of Device memory failed")
+    in
+    let lock = P.Lock.create "the probe's lock" in
+    let findings = ref [] in
+    let check state what f =
+      let measure where =
+        let before = P.activity () and holds = P.holds () in
+        match f () with
+        | () ->
+            if P.activity () <> before then
+              Some (finding "LOCK-6" "%s %s%s took a counted lock or entered a wait" what state where)
+            else if P.holds () <> holds then
+              Some (finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d" what state where (P.holds ()) holds)
+            else None
+        | exception e -> Some (finding "LOCK-6" "%s %s%s raised %s" what state where (Printexc.to_string e))
+      in
+      List.iter
+        (Option.iter (fun f -> findings := f :: !findings))
+        [ measure ""; P.Lock.protect lock (fun () -> measure ", inside a counted lock") ]
+    in
+    let probe state =
+      check state "locate" (fun () -> ignore (D.locate d r));
+      List.iter (fun d' -> if d' != d then check state "peer" (fun () -> ignore (D.peer d d'))) devices
+    in
+    probe "on an idle device";
+    (* Work in flight: a fill of the region, not waited for. *)
+    let q = (D.facts d).queue in
+    let v = 1 + (seed mod 9) in
+    let s = Rig_edge.encode [ Rig_edge.Fill { dst = (D.locate d r).handle; off = 0; len = 64; byte = v } ] in
+    let submitted =
+      P.masked (fun () ->
+          let rec fit k = match q.room s with Rig_edge.Room -> true | Grow -> k > 0 && D.grow d = Rig_edge.Grown && fit (k - 1) in
+          fit 4 && q.submit s ~value:v && q.commit ())
+    in
+    if submitted then probe "with work in flight";
+    (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
+    probe "after stop";
+    List.iter (fun d' -> if d' != d then try P.masked (fun () -> D.stop d' ~fault:None) with _ -> ()) devices;
+    List.rev !findings
+end
+
+let case name clauses run =
+  { name; clauses; run = (fun pkg ~seed -> try Ran (run pkg ~seed) with Skip why -> Not_applicable why) }
+
+let cases =
+  [
+    case "probe.own-calls-masked" [ "SIG-6"; "SIG-9" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+        let module M = Own_calls (Pk) in
+        M.run ~seed);
+    case "probe.SIG-7.finalisers-shielded" [ "SIG-7" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+        let module M = Finalisers (Pk) in
+        M.run ~seed);
+    case "probe.LOCK-6.locate-peer-quiet" [ "LOCK-6" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+        let module M = Quiet (Pk) in
+        M.run ~seed);
+  ]

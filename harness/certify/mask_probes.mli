@@ -1,0 +1,29 @@
+(** Driver-side probes of the masks of a driver's own calls and finalisers,
+    and of the quiet of locate and peer: SIG-6, SIG-9, SIG-7, LOCK-6.  Linux
+    (signal masks); a Gc.Memprof profile at sampling rate 1.0 sees every
+    allocation the probing thread makes inside a call, where a signal's
+    handler could run.
+
+    - [probe.own-calls-masked]: each function of the driver
+      (capability, make, alloc, image, entry, prepare, sleep, free, unload,
+      stop) is called first inside a counted lock of the probe's; one that
+      raises Invalid_argument there starts with the check of rig_holds () and
+      is called again from a thread with all signals unblocked.  SIG-6: such
+      a call blocks rig_mask's signals for its run (the closures it
+      allocates before its mask and what it allocates after giving it back
+      are not judged; a call that never blocks them, or opens them between
+      two blocked allocations outside a wait, is).  SIG-9: at no allocation
+      is the thread's mask other than the one the primitives last left it
+      with ({!Rig_edge_primitives.mask_as_left}).
+    - [probe.SIG-7.finalisers-shielded]: devices and regions dropped without
+      stop or free, then Gc.full_major from an unmasked thread: finalisers
+      that allocate there without any rig_shield are a violation; a driver
+      none of whose finalisers allocate is n/a.  Exit handlers are not
+      reached (they run only as the process exits).
+    - [probe.LOCK-6.locate-peer-quiet]: locate and peer on an idle device,
+      with work in flight and after stop, inside a counted lock and outside:
+      no counted lock taken, no wait entered
+      ({!Rig_edge_primitives.activity}), no exception.  A locate or peer
+      that blocks for good ends as the runner's timeout. *)
+
+val cases : Case.t list
