@@ -115,6 +115,7 @@ let mutant_table =
     ("masks-by-hand", "SIG-9", "its functions block signals with Thread.sigmask, not through Rig_edge_primitives", 40);
     ("locate-waits", "LOCK-6", "locate enters a wait (for the device's channel) before it answers", 41);
     ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
+    ("lock-uncounted", "LOCK-3", "alloc holds a mutex of its own while its OCaml code runs, without counting it (rig_hold)", 43);
   ]
 
 (* The mutants of enum fake_mutant that the fuzzer (fuzz/room_grow_fuzz.c)
@@ -149,6 +150,7 @@ let m_public_unmasked = 39
 let m_masks_by_hand = 40
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
+let m_lock_uncounted = 43
 
 (* The code of the mutant of devices opened from now on; 0 for none. *)
 let mutant = Atomic.make 0
@@ -321,6 +323,7 @@ let alloc_guard t f =
     (* LOCK-8: alloc takes the queue lock inside the memory lock, free the
        other way round (free_guard). *)
     P.Lock.protect memory_lock (fun () -> P.Lock.protect queue_lock f)
+  else if t.mut = m_lock_uncounted then Mutex.protect alloc_mutex f
   else f ()
 
 let free_guard t f =
@@ -519,10 +522,12 @@ let name = "fake"
    every finaliser of a driver's, it blocks signals with rig_shield (SIG-7). *)
 let unstopped_devices : string list Atomic.t = Atomic.make []
 
-let note_unstopped t =
-  if not (Atomic.get t.stopped) then begin
-    let note () = update unstopped_devices (fun l -> Printf.sprintf "%s#%d" t.name t.id :: l) in
-    if t.mut = m_finaliser_unshielded then note () else P.shield note
+(* Takes what it reads, not the device: a finaliser of the device itself
+   would keep it, and its C device, for one more collection. *)
+let note_unstopped ~name ~id ~mut stopped () =
+  if not (Atomic.get stopped) then begin
+    let note () = update unstopped_devices (fun l -> Printf.sprintf "%s#%d" name id :: l) in
+    if mut = m_finaliser_unshielded then note () else P.shield note
   end
 
 let unstopped () = Atomic.get unstopped_devices
@@ -564,7 +569,7 @@ let open_device slot =
         };
     }
   in
-  Gc.finalise note_unstopped t;
+  Gc.finalise_last (note_unstopped ~name:t.name ~id:t.id ~mut stopped) t;
   t
 
 let openers () =

@@ -14,7 +14,12 @@ let self () = Thread.id (Thread.self ())
    state then. *)
 type seen = { blocked : bool; waiting : bool; as_left : bool }
 
-type watch = { tid : int; mutable seen : seen list (* newest first *) }
+type watch = {
+  tid : int;
+  mutable seen : seen list;  (* newest first *)
+  hook : (unit -> unit) option;  (* run at each allocation, never inside itself *)
+  mutable in_hook : bool;
+}
 
 (* The callback runs on the allocating thread and touches only the watch of
    that thread; allocations of OCaml code run it at once, so that nothing
@@ -23,8 +28,14 @@ let current : watch option Atomic.t = Atomic.make None
 
 let on_alloc _ =
   (match Atomic.get current with
-  | Some w when w.tid = self () ->
-      w.seen <- { blocked = P.blocks_rig_set (); waiting = P.in_wait (); as_left = P.mask_as_left () } :: w.seen
+  | Some w when w.tid = self () && not w.in_hook -> (
+      w.seen <- { blocked = P.blocks_rig_set (); waiting = P.in_wait (); as_left = P.mask_as_left () } :: w.seen;
+      match w.hook with
+      | Some h ->
+          w.in_hook <- true;
+          (try h () with _ -> ());
+          w.in_hook <- false
+      | None -> ())
   | _ -> ());
   None
 
@@ -37,11 +48,12 @@ let start_profile () =
     ignore (Gc.Memprof.start ~sampling_rate:1.0 ~callstack_size:0 tracker)
   end
 
-(* [watched f]: f's outcome, the allocations this thread made inside it in
-   order, and how many times it blocked signals through the primitives. *)
-let watched f =
+(* [watched ?hook f]: f's outcome, the allocations this thread made inside
+   it in order, and how many times it blocked signals through the
+   primitives; [hook] runs at each of those allocations. *)
+let watched ?hook f =
   start_profile ();
-  let w = Some { tid = self (); seen = [] } in
+  let w = Some { tid = self (); seen = []; hook; in_hook = false } in
   let masks = P.masks () in
   Atomic.set current w;
   (* The watch ends before the outcome is boxed: that allocation is ours. *)
@@ -89,8 +101,38 @@ let judge_sig9 name seen =
   | n ->
       [ finding "SIG-9" "%s ran %d allocation(s) with a signal mask the primitives did not set (changed by other means than Rig_edge_primitives)" name n ]
 
+(* ------------------------------------------------ a tour of the functions *)
+
+(* How a probe makes one call: [call name f] is f's value, or None if it
+   raised. *)
+type caller = { call : 'a. string -> (unit -> 'a) -> 'a option }
+
+(* Each function of the driver that works on an open device, once, in the
+   order rig would call them: alloc, image, entry and prepare of the kit's
+   spin, sleep on the idle word, free, unload. *)
+module Tour (Pk : Rig_edge.Package) = struct
+  module D = Pk.D
+
+  let run { call } d ~size ~still_ms =
+    let r = Option.join (call "alloc" (fun () -> D.alloc d Rig_edge.Device size)) in
+    let im = match call "image" (fun () -> D.image d Pk.kit.binary) with Some (Ok i) -> Some i | _ -> None in
+    Option.iter
+      (fun i ->
+        Option.iter
+          (fun f ->
+            ignore (call "entry" (fun () -> D.entry i f));
+            ignore (call "prepare" (fun () -> D.prepare i f)))
+          Pk.kit.spin)
+      im;
+    let w = D.signaled d in
+    ignore (call "sleep" (fun () -> D.sleep d ~seen:w ~still_ms));
+    Option.iter (fun r -> ignore (call "free" (fun () -> D.free d r))) r;
+    Option.iter (fun i -> ignore (call "unload" (fun () -> D.unload i))) im
+end
+
 module Own_calls (Pk : Rig_edge.Package) = struct
   module D = Pk.D
+  module Tour = Tour (Pk)
 
   let lock = P.Lock.create "the probe's lock"
   let findings = ref []
@@ -119,20 +161,7 @@ module Own_calls (Pk : Rig_edge.Package) = struct
     let o = match os with o :: _ -> o | [] -> raise (Skip "the driver has no device") in
     let d = step (o.name ^ ".make") o.make in
     let attempt name f = try Some (step name f) with _ -> None in
-    let r = Option.join (attempt "alloc" (fun () -> D.alloc d Rig_edge.Device 64)) in
-    let im = match attempt "image" (fun () -> D.image d Pk.kit.binary) with Some (Ok i) -> Some i | _ -> None in
-    Option.iter
-      (fun i ->
-        Option.iter
-          (fun f ->
-            ignore (attempt "entry" (fun () -> D.entry i f));
-            ignore (attempt "prepare" (fun () -> D.prepare i f)))
-          Pk.kit.spin)
-      im;
-    let w = D.signaled d in
-    ignore (attempt "sleep" (fun () -> D.sleep d ~seen:w ~still_ms:(1 + (seed mod 5))));
-    Option.iter (fun r -> ignore (attempt "free" (fun () -> D.free d r))) r;
-    Option.iter (fun i -> ignore (attempt "unload" (fun () -> D.unload i))) im;
+    Tour.run { call = attempt } d ~size:64 ~still_ms:(1 + (seed mod 5));
     ignore (attempt "stop" (fun () -> D.stop d ~fault:None));
     Option.iter (fun w -> ignore (attempt "free of the word" (fun () -> D.free d w))) (D.facts d).own_word;
     if !checked = [] then raise (Skip "no function of the driver starts with the check of rig_holds ()");
@@ -227,6 +256,43 @@ module Quiet (Pk : Rig_edge.Package) = struct
     List.rev !findings
 end
 
+(* --------------------------------------------------------------- LOCK-3 *)
+
+(* At each allocation of a driver call where rig_holds () is 0, the same
+   thread asks alloc (then free) of the device: a driver lock held there
+   uncounted makes that take fail (OCaml 5's mutexes refuse a re-take by
+   their owner with Sys_error) or never return (the runner's timeout). *)
+module Counted (Pk : Rig_edge.Package) = struct
+  module D = Pk.D
+  module Tour = Tour (Pk)
+
+  let run ~seed =
+    let os = P.masked Pk.openers in
+    let d = match os with o :: _ -> P.masked o.make | [] -> raise (Skip "the driver has no device") in
+    let findings = ref [] and tried = ref 0 in
+    let call name f =
+      let hook () =
+        if P.holds () = 0 then begin
+          incr tried;
+          match D.alloc d Rig_edge.Device 4 with
+          | Some r -> ( try D.free d r with _ -> ())
+          | None -> ()
+          | exception Sys_error why ->
+              findings :=
+                finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, alloc on the same device raised Sys_error %S: the thread held a lock of the driver's it had not counted" name why
+                :: !findings
+          | exception _ -> ()
+        end
+      in
+      let outcome, _, _ = watched ~hook (fun () -> P.masked f) in
+      match outcome with Ok v -> Some v | Error _ -> None
+    in
+    Tour.run { call } d ~size:(4 * (1 + (seed mod 16))) ~still_ms:2;
+    (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
+    if !tried = 0 then raise (Skip "no driver call allocated with rig_holds () at 0");
+    List.sort_uniq compare !findings
+end
+
 let case name clauses run =
   { name; clauses; run = (fun pkg ~seed -> try Ran (run pkg ~seed) with Skip why -> Not_applicable why) }
 
@@ -240,5 +306,8 @@ let cases =
         M.run ~seed);
     case "probe.LOCK-6.locate-peer-quiet" [ "LOCK-6" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Quiet (Pk) in
+        M.run ~seed);
+    case "probe.LOCK-3.locks-counted" [ "LOCK-3" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+        let module M = Counted (Pk) in
         M.run ~seed);
   ]

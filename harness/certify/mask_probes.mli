@@ -1,10 +1,10 @@
-(** Driver-side probes of the masks of a driver's own calls and finalisers,
-    and of the quiet of locate and peer: SIG-6, SIG-9, SIG-7, LOCK-6.  Linux
-    (signal masks); a Gc.Memprof profile at sampling rate 1.0 sees every
-    allocation the probing thread makes inside a call, where a signal's
-    handler could run.
+(** Driver-side probes at every allocation point of a driver's calls and
+    finalisers, and of the quiet of locate and peer: SIG-6, SIG-9, SIG-7,
+    LOCK-3, LOCK-6.  Linux (signal masks); a Gc.Memprof profile at sampling
+    rate 1.0 sees every allocation the probing thread makes inside a call,
+    where a signal's handler (or an asynchronous exception) could run.
 
-    - [probe.own-calls-masked]: each function of the driver
+    - [probe.own-calls-masked] (SIG-6 and SIG-9): each function of the driver
       (capability, make, alloc, image, entry, prepare, sleep, free, unload,
       stop) is called first inside a counted lock of the probe's; one that
       raises Invalid_argument there starts with the check of rig_holds () and
@@ -20,6 +20,11 @@
       that allocate there without any rig_shield are a violation; a driver
       none of whose finalisers allocate is n/a.  Exit handlers are not
       reached (they run only as the process exits).
+    - [probe.LOCK-3.locks-counted]: the same functions called as rig does;
+      at each allocation inside them where rig_holds () is 0, the thread
+      asks alloc (then free) of the same device: a lock of the driver's held
+      there uncounted makes that take raise Sys_error (OCaml 5's mutexes
+      refuse a re-take by their owner) or hang (the runner's timeout).
     - [probe.LOCK-6.locate-peer-quiet]: locate and peer on an idle device,
       with work in flight and after stop, inside a counted lock and outside:
       no counted lock taken, no wait entered
