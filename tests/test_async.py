@@ -109,3 +109,22 @@ def test_async_sweep_shards_are_disjoint_and_whole(tmp_path):
     whole = runs()
     parts = [runs("--shard", f"{i}/2") for i in (1, 2)]
     assert parts[0].isdisjoint(parts[1]) and parts[0] | parts[1] == whole
+
+
+def test_a_signal_at_a_wait_is_a_point_too():
+    # The census counts waits ("wait:fn#nth"); a SIGUSR2 at that wait, whose
+    # handler raises as the wait ends, is a point like an allocation.
+    proc, calls = census("async.rig.fault")
+    assert ("wait:sleep#1", 1) in calls, calls
+    clean = rig("run", "--case", "async.rig.fault", "--seed", "1", "--inject", "sleep:1:wait@1")
+    assert clean.returncode == 0 and "FINDING" not in clean.stdout, clean.stdout
+    caught = rig("run", "--case", "async.rig.fault", "--seed", "1", "--inject", "sleep:1:wait@1",
+                 "--mutant", "no-stop-after-async")
+    assert caught.returncode == 1
+    found = lines(caught, "FINDING")
+    assert {f[0] for f in found} == {"ASYNC-1"} and "wait 1 of sleep call 1" in found[0][1], found
+
+
+def test_a_wait_point_below_one_is_refused():
+    proc = rig("run", "--case", "async.rig.fault", "--seed", "1", "--inject", "sleep:1:wait@0")
+    assert proc.returncode == 2 and "wait@N" in proc.stderr

@@ -13,6 +13,9 @@ let prefix = "async."
    allocation up to this many of the first call of each function. *)
 let plain_max_alloc = 12
 
+(* ... and every wait up to this many. *)
+let plain_max_wait = 4
+
 (* Seconds a plain run spends trying points in-process: a slow driver (a
    stop that waits, say) gets the points that fit; async-sweep tries them
    all, each in its own process. *)
@@ -44,7 +47,8 @@ let watchdog () =
   in
   if not !watchdog_started then begin
     watchdog_started := true;
-    ignore (Thread.create loop ())
+    (* Signals blocked: a wait point's SIGUSR2 is for the waiting thread. *)
+    ignore (P.spawn loop)
   end
 
 let watch clause what = Atomic.set watched (Some (clause, what, Unix.gettimeofday () +. watch_seconds))
@@ -54,7 +58,7 @@ let unwatch () = Atomic.set watched None
 
 type run = {
   out : Scenarios.flow_outcome;
-  census : (string * int * int) list;
+  census : (string * int * int * int) list;
   fired : string option;
   probes : (string * string) list;
   left : string list;
@@ -130,7 +134,14 @@ let check_point ~point ~(rerun : unit -> run) r =
                     "after an asynchronous exception at %s (%s), a later run with nothing injected raised %s (a driver lock left taken?)"
                     at where (Printexc.to_string e) ]
 
-let census_calls census = List.map (fun (fn, nth, n) -> (Printf.sprintf "%s#%d" fn nth, n)) census
+(* The census as CALLS lines: "fn#nth" for a call's allocations, "wait:fn#nth"
+   for its waits. *)
+let census_calls census =
+  List.concat_map
+    (fun (fn, nth, allocs, waits) ->
+      let key = Printf.sprintf "%s#%d" fn nth in
+      (if allocs > 0 then [ (key, allocs) ] else []) @ if waits > 0 then [ ("wait:" ^ key, waits) ] else [])
+    census
 
 let run_case flow (pkg : (module Rig_edge.Package)) ~seed =
   watchdog ();
@@ -161,8 +172,9 @@ let run_case flow (pkg : (module Rig_edge.Package)) ~seed =
         else
           let points =
             List.concat_map
-              (fun (fn, nth, n) ->
-                if nth = 1 then List.init (min n plain_max_alloc) (fun k -> { Async_inject.fn; nth; at = k + 1 })
+              (fun (fn, nth, allocs, waits) ->
+                let at on n = List.init n (fun k -> { Async_inject.fn; nth; at = k + 1; on }) in
+                if nth = 1 then at Allocation (min allocs plain_max_alloc) @ at Wait (min waits plain_max_wait)
                 else [])
               base.census
           in
@@ -194,11 +206,15 @@ let is_async_case name = String.starts_with ~prefix name
 let points_of_census ~max_alloc calls =
   List.concat_map
     (fun (key, n) ->
+      let on, key =
+        if String.starts_with ~prefix:"wait:" key then (Async_inject.Wait, String.sub key 5 (String.length key - 5))
+        else (Allocation, key)
+      in
       match String.rindex_opt key '#' with
       | None -> []
       | Some i -> (
           let fn = String.sub key 0 i in
           match int_of_string_opt (String.sub key (i + 1) (String.length key - i - 1)) with
-          | Some nth -> List.init (min n max_alloc) (fun k -> { Async_inject.fn; nth; at = k + 1 })
+          | Some nth -> List.init (min n max_alloc) (fun k -> { Async_inject.fn; nth; at = k + 1; on })
           | None -> []))
     calls

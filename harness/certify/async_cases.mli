@@ -1,4 +1,5 @@
-(** Asynchronous exceptions at every allocation point (ASYNC-1, ASYNC-2) and
+(** Asynchronous exceptions at every allocation point and at every wait
+    (ASYNC-1, ASYNC-2), and
     calls from a callback at every allocation point (LOCK-5, LOCK-9): the
     rig-side flows of {!Scenarios}, run with {!Async_inject} between the
     validation layer and the driver (rig -> Validate -> Async_inject ->
@@ -9,9 +10,11 @@
     Memprof callback at each allocation inside a call: an Invalid_argument
     or Sys_error from a lock re-take, a change of rig_holds, or a hang is
     LOCK-5; another exception is LOCK-9), reports that census as CALLS lines
-    ["fn#nth"], then, in-process, raises an asynchronous exception at every
-    allocation of the first call of each function, up to a bound.  A run
-    with [--inject FN:NTH:async@N] tries just that point.
+    ["fn#nth"] (allocations) and ["wait:fn#nth"] (waits entered), then,
+    in-process, raises an asynchronous exception at every allocation of the
+    first call of each function, and from a SIGUSR2 handler at every wait
+    of it, up to a bound.  A run with [--inject FN:NTH:async@N] (or
+    [wait@N]) tries just that point.
 
     After each point: the thread's lock count must be 0 and a later run with
     nothing injected must end normally (ASYNC-2); the reference rig must
@@ -22,9 +25,11 @@
 
 val cases : Case.t list
 
-(** Whether a case is one of these (takes [--inject FN:NTH:async@N]). *)
+(** Whether a case is one of these (takes [--inject FN:NTH:async@N] or
+    [FN:NTH:wait@N]). *)
 val is_async_case : string -> bool
 
 (** [points_of_census ~max_alloc calls]: every injection point of a census
-    (the CALLS lines of a plain run), at most [max_alloc] per call. *)
+    (the CALLS lines of a plain run), allocations and waits, at most
+    [max_alloc] of each per call. *)
 val points_of_census : max_alloc:int -> (string * int) list -> Async_inject.target list

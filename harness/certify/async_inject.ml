@@ -10,9 +10,11 @@ module P = Rig_edge_primitives
 
 exception Async_interrupt of string
 
-type target = { fn : string; nth : int; at : int }
+type point = Allocation | Wait
+type target = { fn : string; nth : int; at : int; on : point }
 
-let target_to_string t = Printf.sprintf "%s:%d:async@%d" t.fn t.nth t.at
+let target_to_string t =
+  Printf.sprintf "%s:%d:%s@%d" t.fn t.nth (match t.on with Allocation -> "async" | Wait -> "wait") t.at
 let target : target option ref = ref None
 
 type tracker = {
@@ -37,7 +39,7 @@ let current_probe : string option Atomic.t = Atomic.make None
    callback. *)
 let book = Mutex.create ()
 let numbers : (string, int) Hashtbl.t = Hashtbl.create 16
-let census_rev : (string * int * int) list ref = ref []
+let census_rev : (string * int * int * int) list ref = ref []
 let findings_rev : (string * string) list ref = ref []
 
 let rec update a f =
@@ -68,6 +70,18 @@ let on_alloc _ =
           | None -> ()));
   None
 
+(* The handler of the SIGUSR2 a wait point sends: it runs as the wait ends,
+   on the waiting thread (the only one of the harness's with SIGUSR2
+   unblocked then), and raises there. *)
+let signal_point : string option Atomic.t = Atomic.make None
+
+let on_signal _ =
+  match Atomic.exchange signal_point None with
+  | Some where ->
+      Atomic.set fired_at (Some where);
+      raise (Async_interrupt where)
+  | None -> ()
+
 let started = ref false
 
 let start_profile () =
@@ -79,6 +93,10 @@ let start_profile () =
 
 let reset ?inject ?(probe = false) () =
   start_profile ();
+  (match inject with
+  | Some { on = Wait; _ } -> Sys.set_signal Sys.sigusr2 (Sys.Signal_handle on_signal)
+  | _ -> ());
+  Atomic.set signal_point None;
   Mutex.protect book (fun () ->
       Hashtbl.reset numbers;
       census_rev := [];
@@ -118,14 +136,26 @@ let around fn ?probe f =
     else begin
       let nth = next_number fn in
       let fire_at =
-        match Atomic.get armed with Some tg when tg.fn = fn && tg.nth = nth -> tg.at | _ -> 0
+        match Atomic.get armed with Some tg when tg.fn = fn && tg.nth = nth && tg.on = Allocation -> tg.at | _ -> 0
       in
+      (* A wait point: SIGUSR2 at the at-th wait of this call (on_signal). *)
+      let signal_at =
+        match Atomic.get armed with Some tg when tg.fn = fn && tg.nth = nth && tg.on = Wait -> tg.at | _ -> 0
+      in
+      let waits = P.waits () in
       let probe = if Atomic.get probes_on then probe else None in
       let t = { tid; fn; nth; fire_at; probe; allocs = 0; live = true; in_probe = false } in
       let finish () =
+        P.signal_at_wait 0;
         update trackers (List.filter (fun x -> x != t));
-        if t.allocs > 0 then Mutex.protect book (fun () -> census_rev := (fn, nth, t.allocs) :: !census_rev)
+        let waits = P.waits () - waits in
+        if t.allocs > 0 || waits > 0 then
+          Mutex.protect book (fun () -> census_rev := (fn, nth, t.allocs, waits) :: !census_rev)
       in
+      if signal_at > 0 then begin
+        Atomic.set signal_point (Some (Printf.sprintf "wait %d of %s call %d" signal_at fn nth));
+        P.signal_at_wait signal_at
+      end;
       update trackers (fun l -> t :: l);
       match f () with
       | v ->

@@ -18,8 +18,15 @@
 (** The asynchronous exception the harness raises: its text names the point. *)
 exception Async_interrupt of string
 
-(** An injection point: the [at]-th allocation inside the [nth] call of [fn]. *)
-type target = { fn : string; nth : int; at : int }
+(** Where in a call: at an allocation (Gc.Memprof's callback raises), or at
+    a wait (the wait sends the thread SIGUSR2 as it opens the mask, and the
+    signal's OCaml handler raises as the wait ends, as a program's handler
+    would: Rig_edge_primitives.signal_at_wait). *)
+type point = Allocation | Wait
+
+(** An injection point: the [at]-th allocation (or wait) inside the [nth]
+    call of [fn]. *)
+type target = { fn : string; nth : int; at : int; on : point }
 
 val target_to_string : target -> string
 
@@ -40,9 +47,9 @@ val off : unit -> unit
 (** Where the armed exception was raised, if it was. *)
 val fired : unit -> string option
 
-(** The census of the run so far: [(fn, nth, allocations)] for each call that
-    allocated, in the order the calls ended. *)
-val census : unit -> (string * int * int) list
+(** The census of the run so far: [(fn, nth, allocations, waits)] for each
+    call that allocated or waited, in the order the calls ended. *)
+val census : unit -> (string * int * int * int) list
 
 (** What the callback mode found: [(clause, detail)], at most one per
     function and clause. *)

@@ -42,6 +42,18 @@ let async_at i =
 
 let async ~fn ~nth ~at = { fn; nth; kind = Printf.sprintf "async@%d" at }
 
+(* "wait@N": the signal whose handler raises, at the N-th wait inside the
+   call (Async_inject). *)
+let wait_at i =
+  match String.index_opt i.kind '@' with
+  | Some 4 when String.sub i.kind 0 4 = "wait" -> (
+      match int_of_string_opt (String.sub i.kind 5 (String.length i.kind - 5)) with
+      | Some n when n >= 1 -> Some n
+      | _ -> None)
+  | _ -> None
+
+let wait ~fn ~nth ~at = { fn; nth; kind = Printf.sprintf "wait@%d" at }
+
 let of_string s =
   match String.split_on_char ':' s with
   | [ fn; nth; kind ] -> (
@@ -52,10 +64,11 @@ let of_string s =
             (Printf.sprintf "%S: %s is the answer of %s, not of %s" s kind
                (String.concat ", " (List.filter_map (fun (f, k) -> if k = kind then Some f else None) answers))
                fn)
-      | Some nth when nth >= 1 && (List.mem kind kinds || async_at { fn; nth; kind } <> None) -> Ok { fn; nth; kind }
+      | Some nth when nth >= 1 && (List.mem kind kinds || async_at { fn; nth; kind } <> None || wait_at { fn; nth; kind } <> None) ->
+          Ok { fn; nth; kind }
       | _ ->
           Error
-            (Printf.sprintf "%S: want FN:NTH:KIND, NTH >= 1, KIND one of %s, or async@N with N >= 1" s
+            (Printf.sprintf "%S: want FN:NTH:KIND, NTH >= 1, KIND one of %s, or async@N or wait@N with N >= 1" s
                (String.concat ", " kinds)))
   | _ -> Error (Printf.sprintf "%S: want FN:NTH:KIND" s)
 

@@ -24,5 +24,13 @@ val async_at : t -> int option
 
 val async : fn:string -> nth:int -> at:int -> t
 
+(** A signal at a wait: KIND "wait@N" sends the thread SIGUSR2 as it enters
+    the N-th wait (N >= 1) inside the [nth] call of [fn]; the signal's
+    handler raises as the wait ends (Async_inject, for the async.* cases),
+    as in [sleep:1:wait@1].  [wait_at i] is [Some n] for such a kind. *)
+val wait_at : t -> int option
+
+val wait : fn:string -> nth:int -> at:int -> t
+
 val of_string : string -> (t, string) result
 val to_string : t -> string

@@ -358,10 +358,13 @@ let run args =
   apply_mutant drv o.mutant;
   (match (o.inject, drv.inject) with
   | None, _ -> ()
-  | Some i, _ when Injection.async_at i <> None ->
+  | Some i, _ when Injection.async_at i <> None || Injection.wait_at i <> None ->
       (* An asynchronous exception (async.* cases): the wrapper raises it, for any driver. *)
       if not (Async_cases.is_async_case name) then usage_error "--inject %s: only for the async.* cases" (Injection.to_string i);
-      Async_inject.target := Some { Async_inject.fn = i.fn; nth = i.nth; at = Option.get (Injection.async_at i) }
+      let on, at =
+        match Injection.async_at i with Some at -> (Async_inject.Allocation, at) | None -> (Wait, Option.get (Injection.wait_at i))
+      in
+      Async_inject.target := Some { Async_inject.fn = i.fn; nth = i.nth; at; on }
   | Some i, Some inject -> Case.injecting := true; inject i
   | Some _, None -> usage_error "driver %S has no fault injection" o.driver);
   let job = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject = o.inject } in
@@ -529,16 +532,20 @@ let async_sweep args =
     List.concat_map
       (fun (r : Runner.result) ->
         List.map
-          (fun (p : Async_inject.target) -> job ~inject:(Injection.async ~fn:p.fn ~nth:p.nth ~at:p.at) r.job.case)
+          (fun (p : Async_inject.target) ->
+            let inject = match p.on with Allocation -> Injection.async | Wait -> Injection.wait in
+            job ~inject:(inject ~fn:p.fn ~nth:p.nth ~at:p.at) r.job.case)
           (Async_cases.points_of_census ~max_alloc:!max_alloc r.calls))
       census
     |> in_shard o
   in
   List.iter
     (fun (r : Runner.result) ->
-      let calls = List.length r.calls and allocs = List.fold_left (fun a (_, n) -> a + n) 0 r.calls in
+      let waits, allocs = List.partition (fun (k, _) -> String.starts_with ~prefix:"wait:" k) r.calls in
+      let total l = List.fold_left (fun a (_, n) -> a + n) 0 l in
       let swept = List.fold_left (fun a (_, n) -> a + min n !max_alloc) 0 r.calls in
-      Printf.printf "  %-32s %3d calls that allocate, %5d allocations, %5d points\n" r.job.case.name calls allocs swept)
+      Printf.printf "  %-32s %3d calls that allocate, %5d allocations, %3d waits, %5d points\n" r.job.case.name
+        (List.length allocs) (total allocs) (total waits) swept)
     census;
   Printf.printf "async sweep: %d points (at most %d per call)%s\n%!" (List.length points) !max_alloc
     (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");

@@ -22,6 +22,8 @@ external mask_as_left : unit -> bool = "caml_rig_mask_as_left" [@@noalloc]
 external blocks_rig_set : unit -> bool = "caml_rig_blocks_rig_set" [@@noalloc]
 external activity : unit -> int = "caml_rig_activity" [@@noalloc]
 external masks : unit -> int = "caml_rig_masks" [@@noalloc]
+external waits : unit -> int = "caml_rig_waits" [@@noalloc]
+external signal_at_wait : int -> unit = "caml_rig_signal_at_wait" [@@noalloc]
 
 let fault_signals = c_fault_signals ()
 

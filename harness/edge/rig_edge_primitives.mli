@@ -114,6 +114,15 @@ val activity : unit -> int
     (rig_mask) or {!shield} (rig_shield_begin) so far (SIG-6, SIG-7). *)
 val masks : unit -> int
 
+(** How many waits the calling thread has entered so far. *)
+val waits : unit -> int
+
+(** [signal_at_wait n] (n >= 1): the [n]-th wait the calling thread enters
+    from now sends it SIGUSR2 as it unblocks signals, so that the signal's
+    OCaml handler runs as the wait ends (ASYNC-1, ASYNC-2 at every wait);
+    [signal_at_wait 0] disarms. *)
+val signal_at_wait : int -> unit
+
 (** {1 The self-test's edge mutants}
 
     Not for drivers: knobs that each break one edge clause (LOCK-7, SIG-4,

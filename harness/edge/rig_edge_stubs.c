@@ -70,6 +70,13 @@ static __thread int in_wait_flag;
 static __thread sigset_t left_mask;
 static __thread int left_known;
 
+/* Waits entered on this thread, and the count at which the next one sends
+ * this thread SIGUSR2 (0: none), for the certifier's signal at every wait
+ * (ASYNC-1, ASYNC-2): sent as the wait opens the mask, its OCaml handler
+ * runs as rig_block closes it, and what it raises ends the wait. */
+static __thread long waits;
+static __thread long signal_at_wait;
+
 /* Masks and shields the OCaml primitives took on this thread (SIG-6, SIG-7
  * probes); a C finaliser's rig_shield_begin, which runs inside the GC, is
  * not an OCaml finaliser's. */
@@ -99,6 +106,10 @@ void rig_restore(const sigset_t *old) {
 void rig_unblock(void) {
   in_wait_flag = 1;
   activity++;
+  if (++waits == signal_at_wait) {
+    signal_at_wait = 0;
+    pthread_kill(pthread_self(), SIGUSR2);
+  }
   if (masked_depth > 0) pthread_sigmask(SIG_SETMASK, &premask, NULL);
   note_left();
 }
@@ -219,6 +230,12 @@ value caml_rig_blocks_rig_set(value unit) {
 
 value caml_rig_activity(value unit) { (void)unit; return Val_long(activity); }
 value caml_rig_masks(value unit) { (void)unit; return Val_long(masks); }
+value caml_rig_waits(value unit) { (void)unit; return Val_long(waits); }
+
+value caml_rig_signal_at_wait(value n) {
+  signal_at_wait = Long_val(n) > 0 ? waits + Long_val(n) : 0;
+  return Val_unit;
+}
 
 value caml_rig_fault_signals(value unit) {
   CAMLparam1(unit);
