@@ -30,28 +30,18 @@ let kinds_for fn =
 
 let is_answer i = answer_of i.fn = Some i.kind
 
+(* N of a kind "WHERE@N", N >= 1. *)
+let point_at where i =
+  match String.split_on_char '@' i.kind with
+  | [ w; n ] when w = where -> ( match int_of_string_opt n with Some n when n >= 1 -> Some n | _ -> None)
+  | _ -> None
+
 (* "async@N": an asynchronous exception at the N-th allocation inside the
-   call (Async_inject). *)
-let async_at i =
-  match String.index_opt i.kind '@' with
-  | Some 5 when String.sub i.kind 0 5 = "async" -> (
-      match int_of_string_opt (String.sub i.kind 6 (String.length i.kind - 6)) with
-      | Some n when n >= 1 -> Some n
-      | _ -> None)
-  | _ -> None
-
+   call; "wait@N": the signal whose handler raises, at the N-th wait inside
+   it (Async_inject). *)
+let async_at = point_at "async"
+let wait_at = point_at "wait"
 let async ~fn ~nth ~at = { fn; nth; kind = Printf.sprintf "async@%d" at }
-
-(* "wait@N": the signal whose handler raises, at the N-th wait inside the
-   call (Async_inject). *)
-let wait_at i =
-  match String.index_opt i.kind '@' with
-  | Some 4 when String.sub i.kind 0 4 = "wait" -> (
-      match int_of_string_opt (String.sub i.kind 5 (String.length i.kind - 5)) with
-      | Some n when n >= 1 -> Some n
-      | _ -> None)
-  | _ -> None
-
 let wait ~fn ~nth ~at = { fn; nth; kind = Printf.sprintf "wait@%d" at }
 
 let of_string s =
