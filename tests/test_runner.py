@@ -188,3 +188,31 @@ def test_a_rig_bug_shown_only_under_an_answer_replays():
     under = rig(*args, "--inject", "room:6:grow")
     assert under.returncode == 1
     assert [l.split("\t")[1] for l in under.stdout.splitlines() if l.startswith("FINDING")] == ["QUEUE-6"]
+
+
+def test_batched_points_give_what_a_process_per_point_gives(tmp_path):
+    # A child runs several points of one scenario in turn (--batch): the
+    # verdict of every point is the one its own process gives.
+    def points(name, *extra):
+        report = tmp_path / f"{name}.json"
+        proc = rig("sweep", "--only", "QUEUE-6,EXC-1", "-j", "2", "--no-color", "--report", str(report), *extra,
+                   timeout=CERTIFY_TIMEOUT)
+        assert proc.returncode == 0, proc.stdout[-2000:]
+        return {(r["case"], r["inject"]): (r["outcome"], tuple(r["flagged"]))
+                for r in json.loads(report.read_text())["runs"] if r["inject"]}
+    batched, alone = points("batched", "--batch", "64"), points("alone", "--batch", "1")
+    assert batched == alone
+    assert len(batched) > 200
+
+
+def test_a_batch_run_prints_each_point_after_its_point_line():
+    proc = rig("run", "--case", "rig.grow-rounds", "--seed", "1", "--mutant", "grown-unbounded",
+               "--inject", "room:6:grow", "--inject", "alloc:1:none", "--inject", "room:6:grow")
+    assert proc.returncode == 1
+    out = proc.stdout.splitlines()
+    marks = [i for i, l in enumerate(out) if l.startswith("POINT\t")]
+    assert [out[i] for i in marks] == ["POINT\troom:6:grow", "POINT\talloc:1:none", "POINT\troom:6:grow"]
+    segment = lambda k: out[marks[k]:(marks[k + 1] if k + 1 < len(marks) else len(out))]
+    flagged = [sorted({l.split("\t")[1] for l in segment(k) if l.startswith("FINDING")}) for k in range(3)]
+    assert flagged == [["QUEUE-6"], [], ["QUEUE-6"]]
+    assert all("DONE" in segment(k) for k in range(3))

@@ -24,7 +24,7 @@ let fake_inject (i : Injection.t) =
 
 let find name =
   if name = Fake.name then
-    Some { package = (module Fake : Rig_edge.Package); reset = Fake.reset; mutants = Fake.mutants;
+    Some { package = (module Fake : Rig_edge.Package); reset = (fun () -> Fake.reset (); Fake.clear_injections ()); mutants = Fake.mutants;
            set_mutant = Fake.set_mutant; inject = Some fake_inject }
   else
     Option.map

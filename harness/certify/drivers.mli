@@ -4,7 +4,7 @@
 
 type t = {
   package : (module Rig_edge.Package);
-  reset : unit -> unit;                     (** back to the default configuration *)
+  reset : unit -> unit;                     (** back to the default configuration, no mutant, nothing injected *)
   mutants : (string * string * string) list; (** name, clause, what it breaks *)
   set_mutant : string option -> unit;
   inject : (Injection.t -> unit) option;  (** fault injection, where the driver has it *)

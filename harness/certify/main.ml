@@ -28,11 +28,14 @@ Usage:
       Proves the checks: each mutant of the fake driver and of the reference rig must be
       flagged with exactly its clause, and the conforming pair with nothing across N seeds
       (default 20).  Writes out/selftest/report.json.
-  rig-conform sweep [--only IDS] [-j N] [--shard I/N] [--random N [--seed S]] [--report PATH]
+  rig-conform sweep [--only IDS] [-j N] [--shard I/N] [--random N [--seed S]] [--batch N] [--report PATH]
       Systematic fault injection: runs each rig-side scenario once per driver call and
       failure kind the document allows there, failing just that call, and checks what
       the validation layer sees.  --random N runs N of those points, drawn from the seed (a
-      random fault plan).  Writes out/sweep/report.json.  Exit 1 on any failure.
+      random fault plan).  A child runs up to --batch N points of one scenario in turn
+      (default: as many as its clean run says fit in 2 s, at most 64; 1: a process per
+      point); a point whose batch crashed or hung runs again alone.  Writes
+      out/sweep/report.json.  Exit 1 on any failure.
   rig-conform async-sweep [--case NAME] [--max-alloc N] [-j N] [--shard I/N] [--report PATH]
       Asynchronous exceptions at every allocation point: counts the allocations of each
       driver call of each async.* case, then runs the case once per call and allocation
@@ -55,11 +58,15 @@ Options:
   --junit PATH      (certify) the JUnit XML report (default: beside the JSON one, .xml)
   --markdown PATH   (certify) the Markdown conformance matrix (default: beside it, .md)
   --shard I/N       run only the I-th of N disjoint slices of the runs (CI matrices)
+  --batch N         (sweep, certify) up to N injection points of one scenario per child
   --inject F:N:K    (run) fail the N-th call of driver function F with K: fault, raise, fail,
                     or F's failure answer: none (alloc), error (dma, image), no_memory (entry),
                     short (grow), early (sleep), grow (room answers RIG_GROW);
                     or, for the async.* cases, K = async@A: an asynchronous exception at the
-                    A-th allocation inside that call
+                    A-th allocation inside that call, or wait@W: at its W-th wait, from the
+                    handler of a signal sent as the wait starts.  Given several times (not
+                    async@/wait@), runs each point in turn in this process, each output after
+                    a line POINT<TAB>F:N:K: how the sweep's children run a batch
   --no-sweep        (certify) skip the systematic fault-injection sweep
   --list            (certify) the clauses, the cases that check each, the driver's kit; runs nothing
   --no-color        no colour (also when NO_COLOR is set or stdout is not a terminal)
@@ -75,10 +82,11 @@ type opts = {
   mutable case : string option;
   mutable mutant : string option;
   mutable plugins : string list;
-  mutable inject : Injection.t option;
+  mutable injects : Injection.t list;  (** in the order given *)
   mutable shard : (int * int) option;  (* i of n, from 1 *)
   mutable sweep : bool;
   mutable random : int option;
+  mutable batch : int option;
   mutable list : bool;
   mutable junit : string option;
   mutable markdown : string option;
@@ -101,7 +109,7 @@ let positive name s =
 let parse_opts args ~allowed =
   let o =
     { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = 60.; report = None; case = None;
-      mutant = None; plugins = []; inject = None; shard = None; sweep = true; random = None; list = false; junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
+      mutant = None; plugins = []; injects = []; shard = None; sweep = true; random = None; batch = None; list = false; junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None }
   in
   let rec go = function
     | [] -> ()
@@ -113,6 +121,7 @@ let parse_opts args ~allowed =
     | "--no-sweep" :: rest -> o.sweep <- false; go rest
     | "--list" :: rest -> o.list <- true; go rest
     | "--random" :: v :: rest -> o.random <- Some (positive "--random" v); go rest
+    | "--batch" :: v :: rest -> o.batch <- Some (positive "--batch" v); go rest
     | flag :: [] when flag.[0] = '-' -> usage_error "%s needs a value" flag
     | "--driver" :: v :: rest -> o.driver <- v; go rest
     | "--only" :: v :: rest -> o.only <- o.only @ List.filter (( <> ) "") (String.split_on_char ',' v); go rest
@@ -132,7 +141,7 @@ let parse_opts args ~allowed =
     | "--case" :: v :: rest -> o.case <- Some v; go rest
     | "--mutant" :: v :: rest -> o.mutant <- Some v; go rest
     | "--inject" :: v :: rest ->
-        (match Injection.of_string v with Ok i -> o.inject <- Some i | Error why -> usage_error "--inject %s" why);
+        (match Injection.of_string v with Ok i -> o.injects <- o.injects @ [ i ] | Error why -> usage_error "--inject %s" why);
         go rest
     | "--shard" :: v :: rest ->
         (match String.split_on_char '/' v |> List.map int_of_string_opt with
@@ -211,9 +220,9 @@ let progress_printer ~what (jobs : Runner.job list) =
    is printed, so that no interruption falls between. *)
 let catch_interrupt () = Sys.set_signal Sys.sigint (Sys.Signal_handle (fun _ -> interrupted := true))
 
-let run_jobs o ~what jobs =
+let run_jobs ?batch o ~what jobs =
   let results =
-    Runner.run_all ~parallel:o.jobs ~timeout:o.timeout
+    Runner.run_all ?batch ~parallel:o.jobs ~timeout:o.timeout
       ~progress:(progress_printer ~what jobs)
       ~stop:(fun () -> !interrupted)
       jobs
@@ -249,7 +258,8 @@ let sweep_runs ?(with_census = false) o cases =
         List.concat_map
           (fun (fn, n) ->
             List.concat_map
-              (fun kind -> List.init n (fun k -> job ~inject:{ Injection.fn; nth = k + 1; kind } r.job.case))
+              (fun kind ->
+                List.init (Injection.swept_calls ~fn n) (fun k -> job ~inject:{ Injection.fn; nth = k + 1; kind } r.job.case))
               (Injection.kinds_for fn))
           r.calls)
       census
@@ -258,7 +268,18 @@ let sweep_runs ?(with_census = false) o cases =
   in
   Printf.printf "sweep: %d injection points%s\n%!" (List.length points)
     (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
-  (if with_census then in_shard o census else []) @ run_jobs o ~what:"sweep" points
+  (* Points of one scenario share a child, as many as its clean run says fit
+     in a couple of seconds: the process per point is most of a quick run. *)
+  let batch =
+    match o.batch with
+    | Some n -> fun _ -> n
+    | None ->
+        fun (j : Runner.job) ->
+          match List.find_opt (fun (r : Runner.result) -> r.job.case.name = j.case.name) census with
+          | Some r -> max 1 (min 64 (int_of_float (2.0 /. Float.max 0.001 r.seconds)))
+          | None -> 1
+  in
+  (if with_census then in_shard o census else []) @ run_jobs ~batch o ~what:"sweep" points
 
 let rig_cases_of selected =
   List.filter (fun (c : Case.t) -> List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) selected) rig_cases
@@ -290,7 +311,7 @@ let certify args =
     parse_opts args
       ~allowed:
         [ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--junit"; "--markdown";
-          "--shard"; "--no-sweep"; "--list"; "--no-color" ]
+          "--shard"; "--no-sweep"; "--list"; "--batch"; "--no-color" ]
   in
   let drv = driver_of o in
   let seeds = if o.seeds = [] then [ 1; 2; 3 ] else o.seeds in
@@ -354,21 +375,41 @@ let run args =
     | None -> usage_error "no case %S (see rig-conform list)" name
   in
   let seed = match o.seeds with [ s ] -> s | _ -> usage_error "run needs --seed N" in
-  drv.reset ();
-  apply_mutant drv o.mutant;
-  (match (o.inject, drv.inject) with
-  | None, _ -> ()
-  | Some i, _ when Injection.async_at i <> None || Injection.wait_at i <> None ->
-      (* An asynchronous exception (async.* cases): the wrapper raises it, for any driver. *)
-      if not (Async_cases.is_async_case name) then usage_error "--inject %s: only for the async.* cases" (Injection.to_string i);
-      let on, at =
-        match Injection.async_at i with Some at -> (Async_inject.Allocation, at) | None -> (Wait, Option.get (Injection.wait_at i))
+  let arm inject =
+    drv.reset ();
+    apply_mutant drv o.mutant;
+    Case.report_calls [];
+    match (inject, drv.inject) with
+    | None, _ -> ()
+    | Some i, _ when Injection.async_at i <> None || Injection.wait_at i <> None ->
+        (* An asynchronous exception (async.* cases): the wrapper raises it, for any driver. *)
+        if not (Async_cases.is_async_case name) then usage_error "--inject %s: only for the async.* cases" (Injection.to_string i);
+        let on, at =
+          match Injection.async_at i with Some at -> (Async_inject.Allocation, at) | None -> (Wait, Option.get (Injection.wait_at i))
+        in
+        Async_inject.target := Some { Async_inject.fn = i.fn; nth = i.nth; at; on }
+    | Some i, Some inject -> Case.injecting := true; inject i
+    | Some _, None -> usage_error "driver %S has no fault injection" o.driver
+  in
+  let job inject = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject } in
+  match o.injects with
+  | [] | [ _ ] ->
+      let inject = match o.injects with [ i ] -> Some i | _ -> None in
+      arm inject;
+      exit (Runner.child drv (job inject))
+  | several ->
+      (* A batch: each point in turn in this process, each output after a
+         POINT line (Runner's batches); every point is checked first. *)
+      List.iter (fun i -> if Injection.async_at i <> None || Injection.wait_at i <> None then usage_error "--inject %s: one asynchronous point per run" (Injection.to_string i)) several;
+      let worst =
+        List.fold_left
+          (fun worst i ->
+            Printf.printf "POINT\t%s\n%!" (Injection.to_string i);
+            arm (Some i);
+            max worst (Runner.child drv (job (Some i))))
+          0 several
       in
-      Async_inject.target := Some { Async_inject.fn = i.fn; nth = i.nth; at; on }
-  | Some i, Some inject -> Case.injecting := true; inject i
-  | Some _, None -> usage_error "driver %S has no fault injection" o.driver);
-  let job = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject = o.inject } in
-  exit (Runner.child drv job)
+      exit worst
 
 (* The run subcommand as a person types it: the protocol lines, then a
    summary and an exit code.  The certifier's children use the same path;
@@ -478,7 +519,7 @@ let report_sweep o ~cases ~selected ~report results =
 let sweep args =
   let o =
     parse_opts args
-      ~allowed:[ "--driver"; "--plugin"; "--only"; "-j"; "--timeout"; "--report"; "--shard"; "--random"; "--seed"; "--no-color" ]
+      ~allowed:[ "--driver"; "--plugin"; "--only"; "-j"; "--timeout"; "--report"; "--shard"; "--random"; "--seed"; "--batch"; "--no-color" ]
   in
   let drv = driver_of o in
   if drv.inject = None then usage_error "driver %S has no fault injection to sweep with" o.driver;

@@ -95,57 +95,118 @@ let parse j ~status ~out ~err =
   | false, (Unix.WEXITED c | Unix.WSTOPPED c) ->
       Crashed (Printf.sprintf "exited %d before its end; last output: %s" c (last_lines 5 (out ^ err)))
 
-type running = { rjob : int * job; pid : int; out : string; err : string; started : float }
+(* A batch: jobs alike but for their injection, run one after another in one
+   child ([run] with several --inject), each point's output after a line
+   "POINT\t<injection>".  A point whose output has no DONE (the child crashed
+   or hung there) runs again alone, so that its verdict is the one its own
+   process gives. *)
+let batchable j =
+  match j.inject with Some i -> Injection.async_at i = None && Injection.wait_at i = None | None -> false
 
-let spawn (i, j) =
+let alike a b =
+  a.case.name = b.case.name && a.seed = b.seed && a.driver = b.driver && a.plugins = b.plugins && a.mutant = b.mutant
+
+let batches ~size jobs =
+  let rec go acc cur = function
+    | [] -> List.rev (if cur = [] then acc else List.rev cur :: acc)
+    | ((_, j) as x) :: rest -> (
+        match cur with
+        | ((_, j0) :: _ as c) when batchable j && batchable j0 && alike j j0 && List.length c < size j0 -> go acc (x :: c) rest
+        | [] -> go acc [ x ] rest
+        | c -> go (List.rev c :: acc) [ x ] rest)
+  in
+  go [] [] jobs
+
+type running = { rjobs : (int * job) list; pid : int; out : string; err : string; started : float }
+
+let spawn batch =
   let out = Filename.temp_file "rig-case" ".out" and err = Filename.temp_file "rig-case" ".err" in
   let fd_out = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
   let fd_err = Unix.openfile err [ O_WRONLY; O_TRUNC ] 0o600 in
-  let argv = Array.of_list (Sys.executable_name :: run_args j) in
+  let args =
+    match batch with
+    | [ (_, j) ] -> run_args j
+    | (_, j) :: _ ->
+        run_args { j with inject = None }
+        @ List.concat_map (fun (_, j) -> match j.inject with Some i -> [ "--inject"; Injection.to_string i ] | None -> []) batch
+    | [] -> invalid_arg "Runner.spawn: empty batch"
+  in
+  let argv = Array.of_list (Sys.executable_name :: args) in
   let pid = Unix.create_process Sys.executable_name argv Unix.stdin fd_out fd_err in
   Unix.close fd_out;
   Unix.close fd_err;
-  { rjob = (i, j); pid; out; err; started = Unix.gettimeofday () }
+  { rjobs = batch; pid; out; err; started = Unix.gettimeofday () }
 
+let calls_of out =
+  String.split_on_char '\n' out
+  |> List.filter_map (fun l ->
+         match String.split_on_char '\t' l with
+         | [ "CALLS"; fn; n ] -> Option.map (fun n -> (fn, n)) (int_of_string_opt n)
+         | _ -> None)
+
+(* The output of each point of a batch, in order. *)
+let segments out =
+  let rec go acc cur = function
+    | [] -> List.rev (match cur with Some c -> String.concat "\n" (List.rev c) :: acc | None -> acc)
+    | l :: rest when String.starts_with ~prefix:"POINT\t" l ->
+        let acc = match cur with Some c -> String.concat "\n" (List.rev c) :: acc | None -> acc in
+        go acc (Some []) rest
+    | l :: rest -> go acc (Option.map (fun c -> l :: c) cur) rest
+  in
+  go [] None (String.split_on_char '\n' out)
+
+(* The results of a finished (or killed) child, and the jobs of a batch
+   that must run again alone. *)
 let collect r status ~timed_out ~timeout =
-  let _, j = r.rjob in
   let out = read_file r.out and err = read_file r.err in
   Sys.remove r.out;
   Sys.remove r.err;
-  let outcome = if timed_out then Timed_out timeout else parse j ~status ~out ~err in
-  let calls =
-    String.split_on_char '\n' out
-    |> List.filter_map (fun l ->
-           match String.split_on_char '\t' l with
-           | [ "CALLS"; fn; n ] -> Option.map (fun n -> (fn, n)) (int_of_string_opt n)
-           | _ -> None)
-  in
-  { job = j; outcome; calls; seconds = Unix.gettimeofday () -. r.started }
+  let seconds = Unix.gettimeofday () -. r.started in
+  match r.rjobs with
+  | [ (i, j) ] ->
+      let outcome = if timed_out then Timed_out timeout else parse j ~status ~out ~err in
+      ([ (i, { job = j; outcome; calls = calls_of out; seconds }) ], [])
+  | batch ->
+      let segs = segments out in
+      let n = List.length batch in
+      List.fold_left
+        (fun (ok, again) (k, (i, j)) ->
+          match List.nth_opt segs k with
+          | Some seg when List.mem "DONE" (String.split_on_char '\n' seg) ->
+              let outcome = parse j ~status:(Unix.WEXITED 0) ~out:seg ~err:"" in
+              ((i, { job = j; outcome; calls = calls_of seg; seconds = seconds /. float n }) :: ok, again)
+          | _ -> (ok, (i, j) :: again))
+        ([], []) (List.mapi (fun k x -> (k, x)) batch)
+      |> fun (ok, again) -> (List.rev ok, List.rev again)
 
-let run_all ~parallel ~timeout ~progress ~stop jobs =
+let run_all ?(batch = fun _ -> 1) ~parallel ~timeout ~progress ~stop jobs =
   let results = Array.make (List.length jobs) None in
-  let queue = ref (List.mapi (fun i j -> (i, j)) jobs) in
+  let queue = ref (batches ~size:batch (List.mapi (fun i j -> (i, j)) jobs)) in
   let running = ref [] in
   let finished = ref 0 in
-  let finish r res =
-    results.(fst r.rjob) <- Some res;
+  let finish (i, res) =
+    results.(i) <- Some res;
     incr finished;
     progress !finished res.job
+  in
+  let settle (done_, again) =
+    List.iter finish done_;
+    queue := List.map (fun x -> [ x ]) again @ !queue
   in
   let kill r = try Unix.kill r.pid Sys.sigkill with Unix.Unix_error _ -> () in
   while (!queue <> [] && not (stop ())) || !running <> [] do
     if stop () then List.iter kill !running;
     while List.length !running < parallel && !queue <> [] && not (stop ()) do
-      let ((i, j) as next) = List.hd !queue in
+      let next = List.hd !queue in
       queue := List.tl !queue;
       match spawn next with
       | r -> running := r :: !running
       | exception (Unix.Unix_error _ | Sys_error _ as e) ->
           (* The child could not even start (the program was replaced, no
-             processes left): a verdict on that run, not the runner's end. *)
-          results.(i) <- Some { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; seconds = 0. };
-          incr finished;
-          progress !finished j
+             processes left): a verdict on those runs, not the runner's end. *)
+          List.iter
+            (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; seconds = 0. }))
+            next
     done;
     let still = ref [] in
     List.iter
@@ -155,10 +216,10 @@ let run_all ~parallel ~timeout ~progress ~stop jobs =
             if Unix.gettimeofday () -. r.started > timeout then begin
               kill r;
               let _, status = Unix.waitpid [] r.pid in
-              finish r (collect r status ~timed_out:true ~timeout)
+              settle (collect r status ~timed_out:true ~timeout)
             end
             else still := r :: !still
-        | _, status -> finish r (collect r status ~timed_out:false ~timeout)
+        | _, status -> settle (collect r status ~timed_out:false ~timeout)
         | exception Unix.Unix_error (Unix.EINTR, _, _) -> still := r :: !still)
       !running;
     running := List.rev !still;

@@ -35,8 +35,15 @@ val run_args : job -> string list
     a time, and answers their results in the jobs' order.  [progress] is
     called after each job ends with the number done and that job.  When [stop ()] turns
     true (Ctrl-C), running children are killed and the results so far
-    answered. *)
+    answered.
+
+    [batch j] (default 1): up to how many jobs alike to [j] but for their
+    failure injection (consecutive in [jobs]; not asynchronous points) one
+    child runs one after another, [timeout] for them all.  A job of a batch
+    whose child crashed or hung before its end runs again alone, so a
+    verdict on a crash or a hang is always that of its own process. *)
 val run_all :
+  ?batch:(job -> int) ->
   parallel:int -> timeout:float -> progress:(int -> job -> unit) -> stop:(unit -> bool) -> job list -> result list
 
 (** In the child: runs the job and prints its outcome in the protocol the
