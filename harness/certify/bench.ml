@@ -51,36 +51,56 @@ let main args =
   in
   let certify_s = Unix.gettimeofday () -. t0 in
   Printf.printf "certify (fake driver, 3 seeds, sweep included, -j %d): %.1f s, exit %d\n%!" !jobs certify_s code;
-  (* The systematic sweep alone, at -j1 and -j2: injection points per second. *)
-  let sweep j =
-    let path = Filename.concat (Filename.dirname !report) (Printf.sprintf "sweep-j%d.json" j) in
+  (* The injection of every run of a report ("inject": "F:N:K"). *)
+  let injects path =
+    match In_channel.with_open_bin path In_channel.input_all with
+    | exception Sys_error _ -> []
+    | text ->
+        let key = "\"inject\": \"" in
+        let rec scan i acc =
+          match String.index_from_opt text i '"' with
+          | None -> List.rev acc
+          | Some k when k + String.length key <= String.length text && String.sub text k (String.length key) = key -> (
+              let v = k + String.length key in
+              match String.index_from_opt text v '"' with
+              | Some e -> scan e (String.sub text v (e - v) :: acc)
+              | None -> List.rev acc)
+          | Some k -> scan (k + 1) acc
+        in
+        scan 0 []
+  in
+  (* One sweep command: its points, wall time, points per second. *)
+  let swept ~label ~file args =
+    let path = Filename.concat (Filename.dirname !report) file in
     let t0 = Unix.gettimeofday () in
     let code =
       Sys.command
-        (Printf.sprintf "%s sweep --driver fake -j %d --no-color --report %s > /dev/null 2>&1"
-           (Filename.quote Sys.executable_name) j (Filename.quote path))
+        (Printf.sprintf "%s %s --driver fake --no-color --report %s > /dev/null 2>&1" (Filename.quote Sys.executable_name)
+           args (Filename.quote path))
     in
     let wall = Unix.gettimeofday () -. t0 in
-    let points =
-      try
-        let text = In_channel.with_open_bin path In_channel.input_all in
-        let rec count i acc =
-          match String.index_from_opt text i '"' with
-          | None -> acc
-          | Some k ->
-              let key = "\"inject\": \"" in
-              if k + String.length key <= String.length text && String.sub text k (String.length key) = key
-              then count (k + 1) (acc + 1)
-              else count (k + 1) acc
-        in
-        count 0 0
-      with Sys_error _ -> 0
-    in
-    Printf.printf "sweep -j %d: %d injection points in %.1f s, %.0f points/s, exit %d\n%!" j points wall
-      (float points /. wall) code;
-    (j, points, wall, code)
+    let points = injects path in
+    Printf.printf "%s: %d points in %.1f s, %.0f points/s, exit %d\n%!" label (List.length points) wall
+      (float (List.length points) /. wall) code;
+    (label, points, wall, code)
   in
-  let sweeps = List.map sweep [ 1; 2 ] in
+  (* The systematic sweep alone, at -j1 and -j2 (points of one scenario
+     batched in a child), a process per point for the ratio, and the
+     scenarios that do not wait for the 1-s hang bound. *)
+  let sweeps =
+    List.map (fun j -> swept ~label:(Printf.sprintf "sweep -j %d" j) ~file:(Printf.sprintf "sweep-j%d.json" j) (Printf.sprintf "sweep -j %d" j)) [ 1; 2 ]
+    @ [ swept ~label:"sweep -j 2 --batch 1 (a process per point)" ~file:"sweep-batch1.json" "sweep -j 2 --batch 1";
+        swept ~label:"sweep -j 2 of the queue scenarios (no hang bound)" ~file:"sweep-queue.json" "sweep -j 2 --only QUEUE-6" ]
+  in
+  (* Asynchronous exceptions: allocation points and wait points. *)
+  let (_, async_points, async_wall, async_code), async_waits =
+    let ((_, points, wall, _) as r) = swept ~label:"async-sweep -j 2" ~file:"async-sweep.json" "async-sweep -j 2" in
+    let is_wait p = match String.split_on_char ':' p with [ _; _; k ] -> String.starts_with ~prefix:"wait@" k | _ -> false in
+    let waits = List.length (List.filter is_wait points) in
+    Printf.printf "async-sweep -j 2: %d allocation points, %d wait points, %.0f points/s\n%!" (List.length points - waits) waits
+      (float (List.length points) /. wall);
+    (r, waits)
+  in
   (* The second bundled driver, as a plugin: certify at -j1 and -j2. *)
   let hostmem j =
     let t0 = Unix.gettimeofday () in
@@ -99,14 +119,16 @@ let main args =
   ignore (Sys.command (Printf.sprintf "mkdir -p %s" (Filename.quote (Filename.dirname !report))));
   Out_channel.with_open_bin !report (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-bench/1\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": {\"driver\": \"fake\", \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"sweep\": [%s],\n  \"certify_hostmem\": [%s]\n}\n"
+        "{\n  \"format\": \"rig-conform-bench/1\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": {\"driver\": \"fake\", \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"sweep\": [%s],\n  \"async_sweep\": {\"allocation_points\": %d, \"wait_points\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"certify_hostmem\": [%s]\n}\n"
         iterations bare wrapped (wrapped /. bare) !jobs certify_s code
         (String.concat ", "
            (List.map
-              (fun (j, points, wall, code) ->
-                Printf.sprintf "{\"jobs\": %d, \"points\": %d, \"wall_s\": %.2f, \"points_per_s\": %.1f, \"exit\": %d}" j
-                  points wall (float points /. wall) code)
+              (fun (label, points, wall, code) ->
+                let points = List.length points in
+                Printf.sprintf "{\"run\": %s, \"points\": %d, \"wall_s\": %.2f, \"points_per_s\": %.1f, \"exit\": %d}"
+                  (Report.json_string label) points wall (float points /. wall) code)
               sweeps))
+        (List.length async_points - async_waits) async_waits async_wall async_code
         (String.concat ", "
            (List.map (fun (j, wall, code) -> Printf.sprintf "{\"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d}" j wall code) hostmems)));
   Printf.printf "report: %s\n" !report
