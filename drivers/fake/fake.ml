@@ -14,6 +14,7 @@ external c_dev_ptr : cdev -> nativeint = "fake_stub_dev_ptr"
 external c_queue_fns : unit -> nativeint = "fake_stub_queue_fns"
 external c_word : cdev -> int = "fake_stub_word" [@@noalloc]
 external c_dead : cdev -> bool = "fake_stub_dead" [@@noalloc]
+external c_set_commit_hold : cdev -> int -> unit = "fake_stub_set_commit_hold"
 external c_used : cdev -> int -> int = "fake_stub_used"
 external c_charge : cdev -> int -> int -> unit = "fake_stub_charge"
 external c_word_region : cdev -> nativeint = "fake_stub_word_region"
@@ -54,6 +55,7 @@ type config = {
   may_block : bool;
   host_addresses : bool;
   maps_host : bool;
+  commit_hold_ms : int;  (** fake_set_commit_hold *)
 }
 
 let mib = 1 lsl 20
@@ -67,6 +69,7 @@ let defaults =
     may_block = false;
     host_addresses = false;
     maps_host = true;
+    commit_hold_ms = 0;
   }
 
 (* Read at each open; atomics so that no lock is needed. *)
@@ -536,6 +539,7 @@ let open_device slot =
   let cfg = Atomic.get config in
   let mut = Atomic.get mutant in
   let dev = c_open [| cfg.device_bytes; cfg.mapped_bytes; cfg.pinned_bytes |] cfg.queue_slots mut in
+  if cfg.commit_hold_ms > 0 then c_set_commit_hold dev cfg.commit_hold_ms;
   let q = E.c_queue ~fns:(c_queue_fns ()) ~dev:(c_dev_ptr dev) ~may_block:cfg.may_block in
   (* The queue's closures hold dev, so the C device outlives any holder of
      the queue, not just of the device. *)
@@ -604,12 +608,12 @@ let kit =
 let configure ?(device_bytes = defaults.device_bytes) ?(mapped_bytes = defaults.mapped_bytes)
     ?(pinned_bytes = defaults.pinned_bytes) ?(queue_slots = defaults.queue_slots)
     ?(may_block = defaults.may_block) ?(host_addresses = defaults.host_addresses)
-    ?(maps_host = defaults.maps_host) () =
+    ?(maps_host = defaults.maps_host) ?(commit_hold_ms = defaults.commit_hold_ms) () =
   P.check_unheld "configure";
-  if device_bytes < 0 || mapped_bytes < 0 || pinned_bytes < 0 || queue_slots < 0 then
+  if device_bytes < 0 || mapped_bytes < 0 || pinned_bytes < 0 || queue_slots < 0 || commit_hold_ms < 0 then
     invalid_arg "Fake.configure: negative size";
   Atomic.set config
-    { device_bytes; mapped_bytes; pinned_bytes; queue_slots; may_block; host_addresses; maps_host }
+    { device_bytes; mapped_bytes; pinned_bytes; queue_slots; may_block; host_addresses; maps_host; commit_hold_ms }
 
 let set_mutant m =
   P.check_unheld "set_mutant";

@@ -20,7 +20,10 @@ val kit : Rig_edge.kit
     on; each argument omitted takes its default: 1 MiB of each memory kind
     (0 means the device has none of it), a queue of 64 parts (64 bytes of
     Device memory each), may_block false, host_addresses false, maps_host
-    true.  Raises Invalid_argument on a negative size. *)
+    true; [commit_hold_ms] (default 0): each commit, once it has committed,
+    holds its caller until the device stops or that many milliseconds pass
+    (a slow C call to count, CNT-3).  Raises Invalid_argument on a negative
+    size. *)
 val configure :
   ?device_bytes:int ->
   ?mapped_bytes:int ->
@@ -29,6 +32,7 @@ val configure :
   ?may_block:bool ->
   ?host_addresses:bool ->
   ?maps_host:bool ->
+  ?commit_hold_ms:int ->
   unit ->
   unit
 

@@ -108,6 +108,7 @@ struct fake_dev {
   int fault_reported; /* sleep-consumes-fault mutant */
   char reason[256];
   int stopping;
+  int64_t commit_hold_ms; /* fake_set_commit_hold */
   int worker_writes_last;
   uint64_t last_value;
   unsigned long allocs;      /* alloc-overlap mutant */
@@ -849,9 +850,19 @@ static int q_commit(void *dev) {
     pthread_cond_broadcast(&d->cv);
   }
   rc = 0;
+  if (d->commit_hold_ms > 0) {
+    struct timespec until = deadline_in(d->commit_hold_ms);
+    while (!d->stopping && !passed(&until)) wait_until(d, &until);
+  }
 out:
   dev_unlock(d);
   return rc;
+}
+
+void fake_set_commit_hold(struct fake_dev *d, int64_t ms) {
+  dev_lock(d);
+  d->commit_hold_ms = ms;
+  dev_unlock(d);
 }
 
 const struct rig_queue_fns fake_queue_fns = {q_room, q_submit, q_commit};

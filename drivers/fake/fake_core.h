@@ -149,6 +149,11 @@ void fake_stop(struct fake_dev *d);
  * came while it ran, as the worker does).  Between the two the device sees
  * a part running, as stop would.  This makes a run replayable: the fuzzer's
  * scheduler decides when work runs.  Not reachable from OCaml. */
+/* Each commit of d, once it has committed, holds its caller until d stops
+ * or ms milliseconds pass: a slow commit of a device that declares
+ * may_block, so that rig has a C call in flight to count (CNT-3). */
+void fake_set_commit_hold(struct fake_dev *d, int64_t ms);
+
 void fake_debug_manual_worker(int on);
 int fake_debug_work_begin(struct fake_dev *d);
 void fake_debug_work_end(struct fake_dev *d);

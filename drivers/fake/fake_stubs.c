@@ -69,6 +69,11 @@ value fake_stub_queue_fns(value unit) {
 value fake_stub_word(value dev) { return Val_long((intnat)fake_dev_word(Dev_val(dev))); }
 value fake_stub_dead(value dev) { return Val_bool(fake_dev_dead(Dev_val(dev))); }
 
+value fake_stub_set_commit_hold(value dev, value ms) {
+  fake_set_commit_hold(Dev_val(dev), Long_val(ms));
+  return Val_unit;
+}
+
 value fake_stub_used(value dev, value kind) {
   return Val_long((intnat)fake_dev_used(Dev_val(dev), Int_val(kind)));
 }

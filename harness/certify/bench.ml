@@ -88,9 +88,12 @@ let main args =
      batched in a child), a process per point for the ratio, and the
      scenarios that do not wait for the 1-s hang bound. *)
   let sweeps =
-    List.map (fun j -> swept ~label:(Printf.sprintf "sweep -j %d" j) ~file:(Printf.sprintf "sweep-j%d.json" j) (Printf.sprintf "sweep -j %d" j)) [ 1; 2 ]
-    @ [ swept ~label:"sweep -j 2 --batch 1 (a process per point)" ~file:"sweep-batch1.json" "sweep -j 2 --batch 1";
-        swept ~label:"sweep -j 2 of the queue scenarios (no hang bound)" ~file:"sweep-queue.json" "sweep -j 2 --only QUEUE-6" ]
+    (* In this order: List's elements are evaluated right to left. *)
+    let j1 = swept ~label:"sweep -j 1" ~file:"sweep-j1.json" "sweep -j 1" in
+    let j2 = swept ~label:"sweep -j 2" ~file:"sweep-j2.json" "sweep -j 2" in
+    let alone = swept ~label:"sweep -j 2 --batch 1 (a process per point)" ~file:"sweep-batch1.json" "sweep -j 2 --batch 1" in
+    let quick = swept ~label:"sweep -j 2 of the queue scenarios (no hang bound)" ~file:"sweep-queue.json" "sweep -j 2 --only QUEUE-6" in
+    [ j1; j2; alone; quick ]
   in
   (* Asynchronous exceptions: allocation points and wait points. *)
   let (_, async_points, async_wall, async_code), async_waits =

@@ -97,6 +97,27 @@ module Flows (P : Rig_edge.Package) = struct
     close dev;
     Thread.join waiter
 
+  (* A C call of a device that declares may_block is counted: a close while
+     a commit runs waits for it before stop (CNT-3).  The fake's commit
+     holds its caller until the device stops (or 1 s): a rig that counts it
+     stops only after, one that does not stops while it runs. *)
+  let c_call_in_flight ~seed _acc =
+    Fake.configure ~may_block:true ~commit_hold_ms:1000 ();
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Device 64 in
+    let ended = Atomic.make false in
+    let submitter =
+      Thread.create
+        (fun () ->
+          (try ignore (R.submit dev [ R.Fill (b, 0, 4, 1 + (seed mod 7)) ]) with _ -> ());
+          Atomic.set ended true;
+          V.poke ())
+        ()
+    in
+    V.await_in_flight ~unless:(fun () -> Atomic.get ended) "commit";
+    close dev;
+    Thread.join submitter
+
   (* A buffer that only hung work keeps alive is let go of at stop: CNT-5. *)
   let release_kept ~seed acc =
     let dev = open_ 0 in
@@ -315,6 +336,7 @@ module Flows (P : Rig_edge.Package) = struct
       match name with
       | "rig.lifecycle" -> lifecycle
       | "rig.sleep-in-flight" -> sleep_in_flight
+      | "rig.c-call-in-flight" -> c_call_in_flight
       | "rig.release-kept" -> release_kept
       | "rig.fault" -> fault
       | "rig.exception-loses" -> exception_loses
@@ -340,6 +362,7 @@ let table =
   [
     ("rig.lifecycle", [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ], false);
     ("rig.sleep-in-flight", [ "CNT-2" ], false);
+    ("rig.c-call-in-flight", [ "CNT-3" ], true);
     ("rig.release-kept", [ "CNT-5" ], false);
     ("rig.fault", [ "CNT-6"; "STOP-1" ], false);
     ("rig.exception-loses", [ "EXC-1" ], true);

@@ -134,7 +134,7 @@ module Make (D : Rig_edge.Driver) = struct
         raise e
 
   (* The C functions: masked, counted where the device declares may_block (CNT-3). *)
-  let c_call dev fn f = counted ~count:dev.facts.may_block dev fn f
+  let c_call dev fn f = counted ~count:(dev.facts.may_block && not (M.is "uncounted-c-calls")) dev fn f
 
   let uncounted_masked f = P.masked f
 

@@ -4,6 +4,7 @@ let all =
   [
     ("stop-twice", "CNT-1", "close calls stop again on a device already stopped at a reopen of its name");
     ("uncounted-sleep", "CNT-2", "sleep is not counted, so close stops a device while a sleep is in flight");
+    ("uncounted-c-calls", "CNT-3", "does not count the C functions' calls of a device that declares may_block");
     ("keep-after-stop", "CNT-5", "keeps the values of the device's submissions alive after stop");
     ("call-after-stop", "CNT-4", "after stop, waits for the word with sleep instead of signaled");
     ("ignore-fault", "CNT-6", "a Fault from a counted call does not lose the device");

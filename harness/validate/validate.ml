@@ -566,6 +566,8 @@ module Make (D : Rig_edge.Driver) = struct
       if dev.stops > 0 then violate "CNT-1" [ e ] "stop called again on %s" dev.id;
       (match dev.in_flight with
       | [] -> ()
+      | (_, (("room" | "submit" | "commit") as fn), s) :: _ ->
+          violate "CNT-3" [ s; e ] "stop of %s while its %s, a C call of a device that declares may_block, is in flight: rig did not count it" dev.id fn
       | (_, fn, s) :: _ ->
           violate "CNT-2" [ s; e ] "stop of %s while a counted call of %s is in flight" dev.id fn);
       let inside = List.exists (fun (_, a) -> match a with Open n | Close n -> n = dev.name | Request _ -> false) !acts in
