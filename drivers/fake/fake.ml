@@ -119,6 +119,7 @@ let mutant_table =
     ("locate-waits", "LOCK-6", "locate enters a wait (for the device's channel) before it answers", 41);
     ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
     ("lock-uncounted", "LOCK-3", "alloc holds a mutex of its own while its OCaml code runs, without counting it (rig_hold)", 43);
+    ("wait-drops-lock", "ASYNC-2", "sleep gives its mutex back around its wait by hand and takes it again after: an exception that ends the wait skips the re-take, and its handler gives back a mutex it does not hold", 44);
   ]
 
 (* The mutants of enum fake_mutant that the fuzzer (fuzz/room_grow_fuzz.c)
@@ -154,6 +155,7 @@ let m_masks_by_hand = 40
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43
+let m_wait_drops_lock = 44
 
 (* The code of the mutant of devices opened from now on; 0 for none. *)
 let mutant = Atomic.make 0
@@ -289,6 +291,21 @@ let region_of t kind ptr = region_on t.dev t.stopped kind ptr
 let alloc_mutex = Mutex.create ()
 let alloc_lock = P.Lock.create "fake.alloc"
 let alloc_busy = Atomic.make 0
+
+(* The wait-drops-lock mutant: the shape of a Condition.wait that an
+   exception leaves without its mutex (OCaml issue 12675), by hand. *)
+let sleep_mutex = Mutex.create ()
+
+let wait_dropping_lock wait =
+  P.hold ();
+  Mutex.lock sleep_mutex;
+  Fun.protect
+    ~finally:(fun () -> Mutex.unlock sleep_mutex; P.give ())
+    (fun () ->
+      Mutex.unlock sleep_mutex;
+      let v = wait () in
+      Mutex.lock sleep_mutex;
+      v)
 
 (* The two locks of the lock-order-inversion mutant. *)
 let memory_lock = P.Lock.create "fake.memory"
@@ -499,10 +516,11 @@ module D = struct
     counted t "sleep" ~answer:ignore (fun () ->
         let step = if t.mut = m_sleep_keeps_runtime then c_sleep_holding else c_sleep in
         let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
+        let wait () = P.wait (fun () -> step t.dev seen still_ms) in
         let faulted =
           Fun.protect
             ~finally:(fun () -> Option.iter (fun m -> ignore (Thread.sigmask Unix.SIG_SETMASK m)) unmasked)
-            (fun () -> P.wait (fun () -> step t.dev seen still_ms))
+            (if t.mut = m_wait_drops_lock then fun () -> wait_dropping_lock wait else wait)
         in
         Atomic.set t.shadow (c_word t.dev);
         if faulted then raise (Fault (c_fault_reason t.dev)))
