@@ -93,7 +93,10 @@ let main args =
     let j2 = swept ~label:"sweep -j 2" ~file:"sweep-j2.json" "sweep -j 2" in
     let alone = swept ~label:"sweep -j 2 --batch 1 (a process per point)" ~file:"sweep-batch1.json" "sweep -j 2 --batch 1" in
     let quick = swept ~label:"sweep -j 2 of the queue scenarios (no hang bound)" ~file:"sweep-queue.json" "sweep -j 2 --only QUEUE-6" in
-    [ j1; j2; alone; quick ]
+    (* The scenarios bound by the hang bound mostly wait: more children than
+       cores pay. *)
+    let j8 = swept ~label:"sweep -j 8" ~file:"sweep-j8.json" "sweep -j 8" in
+    [ j1; j2; alone; quick; j8 ]
   in
   (* Asynchronous exceptions: allocation points and wait points. *)
   let (_, async_points, async_wall, async_code), async_waits =
