@@ -51,6 +51,7 @@ test: unit selftest pytest
 bench: build
 	$(RIG_CONFORM) bench -j $(J)
 	$(MAKE) -s fuzz-bench
+	$(MAKE) -s san-bench
 
 install: build
 	install -d $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig

@@ -5,15 +5,19 @@
 #              2. the same inputs with the fake's real worker thread;
 #              3. proof: the stop-frees-regions mutant IS reported (use after free);
 #              4. the OCaml side built with ASan+UBSan (fuzz/asan.workspace,
-#                 into _build/asan): the fake's smoke test, then a whole
-#                 certification of the fake driver.
+#                 into _build/asan): the fake's smoke test, a whole
+#                 certification of the fake driver, the fault-injection sweep
+#                 and the async sweep.  A child's memory error aborts it: a
+#                 crash verdict.  Its leak report at exit is not judged: OCaml
+#                 does not collect at exit, and devices the runs dropped still
+#                 hold their C memory then.
 #   make tsan  ThreadSanitizer over the C parts (the OCaml 5.3 here is not a
 #              TSan-enabled compiler): proof first that the word-race mutant
 #              IS reported, then the corpus with the real worker and a
 #              sleeping thread: zero reports.  Run under setarch -R (no ASLR),
 #              as TSan needs on some kernels.
 # Zero reports on the conforming code, or the target fails.
-.PHONY: asan tsan asan-c tsan-c asan-ocaml
+.PHONY: asan tsan asan-c tsan-c asan-ocaml san-bench
 
 SAN_OUT := out/sanitize
 SAN_INC := -Iinclude -Idrivers/fake -Ifuzz
@@ -68,6 +72,13 @@ asan-ocaml: build
 	  { grep -E $(SAN_REPORT)'|fail ' $(SAN_OUT)/asan-certify.log | head; exit 1; }
 	@! grep -q -E $(SAN_REPORT) $(SAN_OUT)/asan-certify.log
 	@echo "asan-certify: $$(grep -cE '^[A-Z]+-[0-9]+ +pass' $(SAN_OUT)/asan-certify.log) clauses pass, no report"
+	@echo "== asan: the fault-injection sweep and the async sweep under ASan"
+	@for s in sweep async-sweep; do \
+	  $(SAN_ENV) ./_build/asan/harness/certify/main.exe $$s --driver fake -j $(J) --no-color \
+	    --report $(SAN_OUT)/asan-$$s.json > $(SAN_OUT)/asan-$$s.log 2>&1 || \
+	    { grep -E $(SAN_REPORT)'|fail |FAIL' $(SAN_OUT)/asan-$$s.log | head; echo "asan-$$s: FAILED"; exit 1; }; \
+	  ! grep -q -E $(SAN_REPORT) $(SAN_OUT)/asan-$$s.log || exit 1; \
+	  echo "asan-$$s: $$(grep -E '^[0-9]+ runs' $(SAN_OUT)/asan-$$s.log), no report"; done
 
 asan: asan-c asan-ocaml
 
@@ -76,3 +87,24 @@ tsan-c: $(SAN_OUT)/room_grow_tsan
 	$(call san_clean,$(SETARCH) $(SAN_OUT)/room_grow_tsan,RIG_FUZZ_REAL_WORKER=1,tsan-real-worker)
 
 tsan: tsan-c
+
+# make san-bench (part of make bench): the sanitizer builds' slowdown, each a
+# ratio of two runs measured here: the room/grow target over its corpus
+# (deterministic worker) plain, ASan+UBSan and TSan; certify --no-sweep of
+# the fake driver (one seed, -j 1) plain and ASan+UBSan.
+$(SAN_OUT)/room_grow_plain: $(SAN_DEPS)
+	@mkdir -p $(SAN_OUT)
+	clang -O1 -g $(SAN_INC) -include fuzz/fake_shim.h $(SAN_SRCS) -lpthread -o $@
+
+san-bench: build $(SAN_OUT)/room_grow_plain $(SAN_OUT)/room_grow_asan $(SAN_OUT)/room_grow_tsan
+	@dune build --workspace fuzz/asan.workspace ./harness/certify/main.exe 2>&1
+	@secs() { s=$$(date +%s%N); "$$@" > /dev/null 2>&1; e=$$(date +%s%N); echo $$(( (e - s) / 1000000 )); }; \
+	  corpus() { for i in 1 2 3 4 5 6 7 8 9 10; do "$$@" $(SAN_INPUTS) || return 1; done; }; \
+	  ratio() { awk -v a=$$1 -v b=$$2 'BEGIN { printf "%.1f", a / b }'; }; \
+	  plain=$$(secs corpus $(SAN_OUT)/room_grow_plain); \
+	  asan=$$(secs corpus env $(SAN_ENV) $(SAN_OUT)/room_grow_asan); \
+	  tsan=$$(secs corpus $(SETARCH) $(SAN_OUT)/room_grow_tsan); \
+	  echo "room/grow corpus x10: plain $$plain ms, asan+ubsan $$asan ms (x$$(ratio $$asan $$plain)), tsan $$tsan ms (x$$(ratio $$tsan $$plain))"; \
+	  cplain=$$(secs ./_build/default/harness/certify/main.exe certify --no-sweep --seeds 1 -j 1 --no-color --report $(SAN_OUT)/bench-plain.json); \
+	  casan=$$(secs env $(SAN_ENV) ./_build/asan/harness/certify/main.exe certify --no-sweep --seeds 1 -j 1 --no-color --report $(SAN_OUT)/bench-asan.json); \
+	  echo "certify --no-sweep (1 seed, -j 1): plain $$cplain ms, asan+ubsan $$casan ms (x$$(ratio $$casan $$cplain))"

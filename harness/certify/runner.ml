@@ -89,7 +89,14 @@ let parse j ~status ~out ~err =
       lines
   in
   match (done_, status) with
-  | true, _ -> ( match na with Some why when findings = [] -> Not_applicable why | _ -> Findings findings)
+  | true, Unix.WEXITED (0 | 1) -> ( match na with Some why when findings = [] -> Not_applicable why | _ -> Findings findings)
+  | true, Unix.WEXITED c ->
+      (* After its end: a sanitizer's report at exit (LeakSanitizer), an
+         exit handler that failed. *)
+      Crashed (Printf.sprintf "exited %d after its end; last output: %s" c (last_lines 5 (out ^ err)))
+  | true, Unix.WSIGNALED s ->
+      Crashed (Printf.sprintf "killed by %s after its end; last output: %s" (signal_name s) (last_lines 5 (out ^ err)))
+  | true, Unix.WSTOPPED _ -> ( match na with Some why when findings = [] -> Not_applicable why | _ -> Findings findings)
   | false, Unix.WSIGNALED s ->
       Crashed (Printf.sprintf "killed by %s; last output: %s" (signal_name s) (last_lines 5 (out ^ err)))
   | false, (Unix.WEXITED c | Unix.WSTOPPED c) ->
@@ -166,6 +173,10 @@ let collect r status ~timed_out ~timeout =
   | [ (i, j) ] ->
       let outcome = if timed_out then Timed_out timeout else parse j ~status ~out ~err in
       ([ (i, { job = j; outcome; calls = calls_of out; seconds }) ], [])
+  | batch when (match status with Unix.WEXITED (0 | 1) -> false | _ -> true) && not timed_out ->
+      (* The batch failed after its points (at exit, say): each point again
+         alone, so that the one to blame has its own verdict. *)
+      ([], batch)
   | batch ->
       let segs = segments out in
       let n = List.length batch in
