@@ -18,6 +18,7 @@ DRIVERS = {
     "crashing-abort": "killed by SIGABRT",
     "crashing-locate-spins": "did not end within",
     "crashing-stop-hangs": "did not end within",
+    "crashing-exit-aborts": "after its end",
 }
 
 

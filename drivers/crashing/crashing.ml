@@ -4,7 +4,9 @@
    - crashing-segfault: alloc dies of a segmentation fault;
    - crashing-abort: stop aborts the process;
    - crashing-locate-spins: locate never returns;
-   - crashing-stop-hangs: stop never returns. *)
+   - crashing-stop-hangs: stop never returns;
+   - crashing-exit-aborts: each opener's make registers an exit handler
+     that aborts the process, after the case has ended. *)
 
 external segfault : unit -> unit = "crashing_segfault"
 external abort : unit -> unit = "crashing_abort"
@@ -40,4 +42,14 @@ let () =
     (module struct
       include Hostmem.D
       let stop _ ~fault:_ = forever ()
-    end)
+    end);
+  Rig_edge_registry.register
+    (module struct
+      module D = Hostmem.D
+      let name = "crashing-exit-aborts"
+      let openers () =
+        List.map
+          (fun (o : Hostmem.D.t Rig_edge.opener) -> { o with make = (fun () -> at_exit abort; o.make ()) })
+          (Hostmem.openers ())
+      let kit = Hostmem.kit
+    end : Rig_edge.Package)
