@@ -196,7 +196,7 @@ let run_case flow (pkg : (module Rig_edge.Package)) ~seed =
 let flow_names =
   [ "rig.lifecycle"; "rig.fault"; "rig.exception-loses"; "rig.entry-invalid"; "rig.prepare-exception";
     "rig.free-once"; "rig.peer-mapping"; "rig.pinned-fallback"; "rig.alloc-rounding";
-    "rig.map-host-declared"; "rig.entry-rounds" ]
+    "rig.map-host-declared"; "rig.entry-rounds"; "rig.wait-for-work" ]
 
 let cases =
   List.map (fun flow -> { name = prefix ^ flow; clauses; run = (fun pkg ~seed -> run_case flow pkg ~seed) }) flow_names

@@ -262,6 +262,15 @@ module Flows (P : Rig_edge.Package) = struct
     R.wait dev v;
     close dev
 
+  (* Work that runs a few milliseconds, waited for each time: rig sleeps on
+     the word, bounded by what is left of its hang bound (GUAR-7); the async
+     cases raise at each of those waits. *)
+  let wait_for_work ~seed _acc =
+    let dev = open_ 0 in
+    let _, h = entry_of dev (spin ()) in
+    List.iter (fun ms -> R.wait dev (R.submit dev [ R.Launch (h, [ R.Int ms ]) ])) [ 5 + (seed mod 5); 5; 10 ];
+    close dev
+
   (* map_host on a device that does not map host memory: MEM-6. *)
   let map_host_declared ~seed:_ _acc =
     Fake.configure ~maps_host:false ();
@@ -337,6 +346,7 @@ module Flows (P : Rig_edge.Package) = struct
       | "rig.lifecycle" -> lifecycle
       | "rig.sleep-in-flight" -> sleep_in_flight
       | "rig.c-call-in-flight" -> c_call_in_flight
+      | "rig.wait-for-work" -> wait_for_work
       | "rig.release-kept" -> release_kept
       | "rig.fault" -> fault
       | "rig.exception-loses" -> exception_loses
@@ -363,6 +373,7 @@ let table =
     ("rig.lifecycle", [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ], false);
     ("rig.sleep-in-flight", [ "CNT-2" ], false);
     ("rig.c-call-in-flight", [ "CNT-3" ], true);
+    ("rig.wait-for-work", [ "GUAR-7" ], false);
     ("rig.release-kept", [ "CNT-5" ], false);
     ("rig.fault", [ "CNT-6"; "STOP-1" ], false);
     ("rig.exception-loses", [ "EXC-1" ], true);
