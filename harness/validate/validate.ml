@@ -84,6 +84,10 @@ module Make (D : Rig_edge.Driver) = struct
   let violations = ref []
   let hang_ms = ref max_int
   let acts : (int * user_act) list ref = ref []
+
+  (* Whether the program is opening or closing a device of dev's name. *)
+  let opening_or_closing dev =
+    List.exists (fun (_, a) -> match a with Open n | Close n -> n = dev.name | Request _ -> false) !acts
   let next_id = ref 0
   let opens = Hashtbl.create 8
   let by_handle : (int64, region) Hashtbl.t = Hashtbl.create 64
@@ -216,7 +220,7 @@ module Make (D : Rig_edge.Driver) = struct
     | Some (D.Fault why) when counted && not dev.stopped ->
         (* A Fault that comes while the program closes or reopens the device
            may come after rig lost it for that: then either fault is right. *)
-        if List.exists (fun (_, a) -> match a with Open n | Close n -> n = dev.name | Request _ -> false) !acts then dev.faulted_at_close <- true
+        if opening_or_closing dev then dev.faulted_at_close <- true
         else if dev.faulted = None then dev.faulted <- Some fin;
         lose dev "CNT-6" ("Fault " ^ why ^ " from " ^ fn) fin
     | Some (Invalid_argument _) when fn = "entry" -> ()
@@ -570,7 +574,7 @@ module Make (D : Rig_edge.Driver) = struct
           violate "CNT-3" [ s; e ] "stop of %s while its %s, a C call of a device that declares may_block, is in flight: rig did not count it" dev.id fn
       | (_, fn, s) :: _ ->
           violate "CNT-2" [ s; e ] "stop of %s while a counted call of %s is in flight" dev.id fn);
-      let inside = List.exists (fun (_, a) -> match a with Open n | Close n -> n = dev.name | Request _ -> false) !acts in
+      let inside = opening_or_closing dev in
       if not inside then violate "STOP-1" [ e ] "stop of %s outside a close or an open of its name" dev.id;
       (match (dev.faulted, fault) with
       | Some f, None -> violate "STOP-1" [ f; e ] "stop of %s with fault None after a Fault of a counted call" dev.id
