@@ -48,8 +48,8 @@ let rec update a f =
 
 let self () = Thread.id (Thread.self ())
 
-let on_alloc _ =
-  (match Atomic.get trackers with
+let on_alloc () =
+  match Atomic.get trackers with
   | [] -> ()
   | l -> (
       let tid = self () in
@@ -67,8 +67,7 @@ let on_alloc _ =
           | Some p ->
               t.in_probe <- true;
               (match p () with () -> t.in_probe <- false | exception e -> t.in_probe <- false; raise e)
-          | None -> ()));
-  None
+          | None -> ())
 
 (* The handler of the SIGUSR2 a wait point sends: it runs as the wait ends,
    on the waiting thread (the only one of the harness's with SIGUSR2
@@ -82,17 +81,8 @@ let on_signal _ =
       raise (Async_interrupt where)
   | None -> ()
 
-let started = ref false
-
-let start_profile () =
-  if not !started then begin
-    started := true;
-    let tracker = { Gc.Memprof.null_tracker with alloc_minor = on_alloc; alloc_major = on_alloc } in
-    ignore (Gc.Memprof.start ~sampling_rate:1.0 ~callstack_size:0 tracker)
-  end
-
 let reset ?inject ?(probe = false) () =
-  start_profile ();
+  Alloc_points.use on_alloc;
   (match inject with
   | Some { on = Wait; _ } -> Sys.set_signal Sys.sigusr2 (Sys.Signal_handle on_signal)
   | _ -> ());

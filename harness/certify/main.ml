@@ -244,12 +244,15 @@ let random_plan o points =
       let tagged = List.map (fun p -> (Random.State.bits st, p)) points in
       List.sort compare tagged |> List.filteri (fun i _ -> i < n) |> List.map snd
 
+(* A sweep's run of a case: seed 1, no mutant, and the injection if any. *)
+let clean_job o ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject }
+
 (* Counts the calls each rig-side case makes (a clean run, seed 1), then
    runs it once per call and failure kind the document allows there, with
    just that call failed.  Answers the injected runs, and [with_census] the
    counting ones too (certify has run those already). *)
 let sweep_runs ?(with_census = false) o cases =
-  let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject } in
+  let job = clean_job o in
   Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);
   let census = run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in
   let points =
@@ -565,7 +568,7 @@ let async_sweep args =
         | l -> l)
   in
   let selected = List.filter (fun (k : Catalog.clause) -> List.mem k.id (List.concat_map (fun (c : Case.t) -> c.clauses) cases)) Catalog.all in
-  let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject } in
+  let job = clean_job o in
   let t0 = Unix.gettimeofday () in
   Printf.printf "async sweep of driver %s: counting the allocations of %d scenarios\n%!" o.driver (List.length cases);
   let census = run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in

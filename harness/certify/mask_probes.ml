@@ -26,8 +26,8 @@ type watch = {
    allocated before a watch starts is seen inside it. *)
 let current : watch option Atomic.t = Atomic.make None
 
-let on_alloc _ =
-  (match Atomic.get current with
+let on_alloc () =
+  match Atomic.get current with
   | Some w when w.tid = self () && not w.in_hook -> (
       w.seen <- { blocked = P.blocks_rig_set (); waiting = P.in_wait (); as_left = P.mask_as_left () } :: w.seen;
       match w.hook with
@@ -36,23 +36,13 @@ let on_alloc _ =
           (try h () with _ -> ());
           w.in_hook <- false
       | None -> ())
-  | _ -> ());
-  None
-
-let profiling = ref false
-
-let start_profile () =
-  if not !profiling then begin
-    profiling := true;
-    let tracker = { Gc.Memprof.null_tracker with alloc_minor = on_alloc; alloc_major = on_alloc } in
-    ignore (Gc.Memprof.start ~sampling_rate:1.0 ~callstack_size:0 tracker)
-  end
+  | _ -> ()
 
 (* [watched ?hook f]: f's outcome, the allocations this thread made inside
    it in order, and how many times it blocked signals through the
    primitives; [hook] runs at each of those allocations. *)
 let watched ?hook f =
-  start_profile ();
+  Alloc_points.use on_alloc;
   let w = Some { tid = self (); seen = []; hook; in_hook = false } in
   let masks = P.masks () in
   Atomic.set current w;
