@@ -12,8 +12,22 @@ exception Skip of string
 
 (* ------------------------------------------------- /proc/self/task *)
 
-let tasks () =
+let read_tasks () =
   Sys.readdir "/proc/self/task" |> Array.to_list |> List.filter_map int_of_string_opt |> List.sort compare
+
+(* The process's threads.  One read of /proc/self/task can skip a live
+   thread: the kernel's walk stops early when the thread it stands on exits
+   (seen under load: a thread started before the LOCK-4 snapshot looked
+   new).  So read until two reads in a row agree (at most 50 reads), and
+   keep every thread any read saw. *)
+let tasks () =
+  let rec settle seen prev k =
+    let now = read_tasks () in
+    let seen = List.sort_uniq compare (now @ seen) in
+    if now = prev || k = 0 then seen else settle seen now (k - 1)
+  in
+  let first = read_tasks () in
+  settle first first 49
 
 (* The SigBlk line of a task's status, as a 64-bit set (bit n-1 for signal
    n); None once the task is gone. *)
