@@ -44,7 +44,7 @@ val reset : unit -> unit
 (** Each mutant as (name, the clause ID it breaks, what it does). *)
 val mutants : (string * string * string) list
 
-(** The C mutants only the fuzzer and the sanitizers find (fuzz/, mk/sanitize.mk), as
+(** The C mutants only the sanitizers find (mk/sanitize.mk), as
     (name, clause ID, what it does, code of enum fake_mutant); not in {!mutants}, so
     neither selftest nor {!set_mutant} sees them. *)
 val fuzz_mutant_table : (string * string * string * int) list

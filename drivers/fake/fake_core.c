@@ -109,6 +109,7 @@ struct fake_dev {
   char reason[256];
   int stopping;
   int64_t commit_hold_ms; /* fake_set_commit_hold */
+  int committing;         /* commits in flight (sleep-awaits-commit mutant) */
   int worker_writes_last;
   uint64_t last_value;
   unsigned long allocs;      /* alloc-overlap mutant */
@@ -839,6 +840,7 @@ static int q_commit(void *dev) {
   int rc = -1;
   dev_lock(d);
   if (d->stopping || injected(d, FAKE_INJ_COMMIT)) goto out;
+  d->committing++;
   struct fake_thread *t = thread_find(d);
   if (t && t->enc_head) {
     if (d->run_tail)
@@ -854,6 +856,8 @@ static int q_commit(void *dev) {
     struct timespec until = deadline_in(d->commit_hold_ms);
     while (!d->stopping && !passed(&until)) wait_until(d, &until);
   }
+  d->committing--;
+  pthread_cond_broadcast(&d->cv);
 out:
   dev_unlock(d);
   return rc;
@@ -918,6 +922,11 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
   if (mutant(d, FAKE_M_SLEEP_OVERSTAYS)) still_ms = FAKE_CAP_MS;
   struct timespec t = deadline_in(still_ms);
   dev_lock(d);
+  if (mutant(d, FAKE_M_SLEEP_AWAITS_COMMIT)) {
+    /* As if sleep and commit shared a lock commit keeps while it runs. */
+    struct timespec cap = deadline_in(FAKE_CAP_MS);
+    while (d->committing && !d->stopping && !passed(&cap)) wait_until(d, &cap);
+  }
   for (;;) {
     if (d->faulted && !(mutant(d, FAKE_M_SLEEP_CONSUMES_FAULT) && d->fault_reported)) {
       d->fault_reported = 1;

@@ -52,13 +52,13 @@ enum fake_mutant {
   FAKE_M_GROW_UNUSED,            /* QUEUE-2 */
   FAKE_M_GROW_SHORT_DROPS,       /* QUEUE-3 */
   FAKE_M_SIGNALED_SHADOW,        /* TIME-1 (OCaml side) */
-  /* Found by the fuzzer (fuzz/) and the sanitizers, not by the harness's
-   * probes: */
   FAKE_M_GROW_WRITES_QUEUE,      /* QUEUE-1: grow puts its slots straight into the free pool */
+  /* Found by the sanitizers, not by the harness's probes: */
   FAKE_M_WORD_RACE,              /* TIME-1: plain (non-atomic) word write and read: TSan */
   FAKE_M_STOP_FREES_REGIONS,     /* STOP-5: stop frees rig's regions: use after free (ASan) */
   /* 30..36 live on the OCaml side (fake.ml). */
-  FAKE_M_WORKER_UNMASKED = 37    /* SIG-8: the worker thread leaves signals unblocked */
+  FAKE_M_WORKER_UNMASKED = 37,   /* SIG-8: the worker thread leaves signals unblocked */
+  FAKE_M_SLEEP_AWAITS_COMMIT = 45 /* TIME-6: sleep first waits for the commits in flight */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

@@ -887,6 +887,78 @@ let time5_fault_sticks (module P : Package) ~seed =
             | K.Other e -> K.flag s "sleep call %d after the Fault (%s) raised %s instead of Fault" k why (Printexc.to_string e)
           done)
 
+(* TIME-6: sleep called while another thread's submit or commit runs
+   behaves as sleep must: it returns by still_ms (with slack for a loaded
+   machine).  A thread submits small pieces of work while this one sleeps
+   over and over; the calls of either that began or ended while the other
+   ran are counted, and with none the case is n/a.  The fake's commits are
+   held (its commit_hold_ms knob, with may_block so that the held commit
+   lets the runtime go), so that the sleeps surely overlap one. *)
+let time6_hold_ms = 1500
+
+let time6_sleep_during_submit (module P : Package) ~seed =
+  let module K = Kit (P) in
+  let held = P.name = Fake.name in
+  if held then Fake.configure ~may_block:true ~commit_hold_ms:time6_hold_ms ();
+  Fun.protect ~finally:(fun () -> if held then Fake.configure ()) @@ fun () ->
+  K.run ~clause:"TIME-6" ~seed (fun s ->
+      let dev = K.open_first s in
+      let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      let rounds = if held then 1 else 200 in
+      (* A sleep too long with nothing else running is TIME-4's. *)
+      let alone = 20 + K.int s 30 in
+      let t0 = now () in
+      ignore (K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:alone ~bound_ms:(alone + 5000));
+      let ms = (now () -. t0) *. 1000. in
+      if ms > float_of_int (alone + 1000) then
+        raise (Skip (spf "sleep ~still_ms:%d took %.0f ms with no submit running (TIME-4's probe judges that)" alone ms));
+      let sleeping = Atomic.make false and submitting = Atomic.make false in
+      let over = Atomic.make false and overlaps = Atomic.make 0 and failed = Atomic.make None in
+      let submitter =
+        Thread.create
+          (fun () ->
+            let rec go i =
+              if i <= rounds then begin
+                Atomic.set submitting true;
+                let during = Atomic.get sleeping in
+                let res = try K.submit dev [ K.fill_part r ~off:0 ~len:word ~byte:(i land 255) ] with e -> Error (Printexc.to_string e) in
+                if during || Atomic.get sleeping then Atomic.incr overlaps;
+                Atomic.set submitting false;
+                match res with Ok _ -> go (i + 1) | Error e -> Atomic.set failed (Some (i, e))
+              end
+            in
+            go 1;
+            Atomic.set over true)
+          ()
+      in
+      let rec sleeps () =
+        if not (Atomic.get over) then begin
+          let still = 20 + K.int s 30 in
+          let w = P.D.signaled dev.d in
+          Atomic.set sleeping true;
+          let during = Atomic.get submitting in
+          let t0 = now () in
+          let outcome = K.sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
+          let ms = (now () -. t0) *. 1000. in
+          Atomic.set sleeping false;
+          if during then Atomic.incr overlaps;
+          if ms > float_of_int (still + 1000) then
+            K.flag s "sleep ~seen:%d ~still_ms:%d, called while another thread submitted and committed work, returned after %.0f ms"
+              w still ms;
+          match outcome with K.Faulted _ | K.Other _ -> () | K.Returned -> sleeps ()
+        end
+      in
+      (* A sleep that outlived its bound abandons the case from here,
+         leaving the submitter to the process's end. *)
+      sleeps ();
+      Thread.join submitter;
+      (match Atomic.get failed with
+      | Some (i, e) -> raise (Skip (spf "setup: submission %d of %d: %s" i rounds e))
+      | None -> ());
+      if Atomic.get overlaps = 0 then
+        raise (Skip (spf "no sleep overlapped a submit or commit in %d submissions" rounds));
+      ignore (K.wait_value s dev dev.last ~ms:3000))
+
 (* ================================================================ STOP *)
 
 (* STOP-2: stop returns at once with work hanging. *)
@@ -1124,6 +1196,7 @@ let cases =
     case "probe.TIME-3.early-return" "TIME-3" time3_early_return;
     case "probe.TIME-4.bounded-sleep" "TIME-4" time4_bounded_sleep;
     case "probe.TIME-5.fault-sticks" "TIME-5" time5_fault_sticks;
+    case "probe.TIME-6.sleep-during-submit" "TIME-6" time6_sleep_during_submit;
     case "probe.STOP-2.no-wait" "STOP-2" stop2_no_wait;
     case "probe.STOP-3.uncommitted" "STOP-3" stop3_uncommitted;
     case "probe.STOP-3.running" "STOP-3" stop3_running;

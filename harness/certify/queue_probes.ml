@@ -45,17 +45,20 @@ module Probe (Pk : Rig_edge.Package) = struct
     in
     await 250
 
-  (* The smallest power-of-two submission whose room answers RIG_GROW. *)
-  let growing_submission d r =
+  (* The parts of the smallest power-of-two submission whose room answers
+     RIG_GROW (that room is the calling thread's last). *)
+  let growing_parts d r =
     let rec go k =
       if k > max_parts then raise (Not_applicable_here "room never answered RIG_GROW")
       else
         let s = fills d r k in
         match room d s with
-        | Rig_edge.Grow -> s
+        | Rig_edge.Grow -> k
         | Room -> finish d s; go (k * 2)
     in
     go 8
+
+  let growing_submission d r = fills d r (growing_parts d r)
 
   (* Stop the device and give back what the probe made, once the word reads
      the last value (bounded: a stuck word leaves it to the process's end). *)
@@ -133,8 +136,72 @@ module Probe (Pk : Rig_edge.Package) = struct
     close d (r :: List.map snd kept);
     !acc
 
+  (* A thread of the probe's that runs what it is given, one call at a
+     time, until [quit].  The three of QUEUE-1 live for the whole probe: a
+     thread that ended could hand its pthread_t, and with it the driver's
+     per-thread state, to the next one. *)
+  type agent = { ask : (unit -> unit) option Event.channel; told : exn option Event.channel; th : Thread.t }
+
+  let agent () =
+    let ask = Event.new_channel () and told = Event.new_channel () in
+    let rec serve () =
+      match Event.sync (Event.receive ask) with
+      | None -> ()
+      | Some f ->
+          Event.sync (Event.send told (match f () with () -> None | exception e -> Some e));
+          serve ()
+    in
+    { ask; told; th = Thread.create serve () }
+
+  let on a f =
+    let r = ref None in
+    Event.sync (Event.send a.ask (Some (fun () -> r := Some (f ()))));
+    match Event.sync (Event.receive a.told) with Some e -> raise e | None -> Option.get !r
+
+  let quit a = Event.sync (Event.send a.ask None); Thread.join a.th
+
+  (* Thread A: room (small) answers RIG_GROW.  Thread B: room (big, twice
+     the parts) answers RIG_GROW, then grow answers Grown.  Thread C: room
+     (small) must still answer RIG_GROW: grow changed nothing the C
+     functions read, and what it made is B's, for B's next room.  A grow
+     that put its slots where every room looks would let C's parts in. *)
+  let queue1 ~seed:_ =
+    let d = open_first () in
+    let r = Option.get (alloc d 64) in
+    let a = agent () and b = agent () and c = agent () in
+    let acc = ref [] in
+    Fun.protect
+      ~finally:(fun () -> List.iter quit [ a; b; c ]; close d [ r ])
+      (fun () ->
+        let parts = on a (fun () -> growing_parts d r) in
+        let small = fills d r parts in
+        let big = fills d r (2 * parts) in
+        match on b (fun () -> room d big) with
+        | Rig_edge.Room -> raise (Not_applicable_here "room took a submission twice as big as one it refused")
+        | Grow -> (
+            match on b (fun () -> grow d) with
+            | Rig_edge.Short _ -> raise (Not_applicable_here "grow answered Short with the device's memory free")
+            | Grown ->
+                (match on c (fun () -> room d small) with
+                | Rig_edge.Grow -> ()
+                | Room ->
+                    on c (fun () -> finish d small);
+                    acc :=
+                      [ finding "QUEUE-1"
+                          "grow on one thread (for %d parts) changed what room reads: another thread's room for %d parts answered RIG_GROW before that grow and Room after it, with no work run between"
+                          (2 * parts) parts ]);
+                (* B's own room takes what its grow made (QUEUE-2 judges it). *)
+                match on b (fun () -> room d big) with Rig_edge.Room -> on b (fun () -> finish d big) | Grow -> ()));
+    !acc
+
   let run name ~seed =
-    try Ran ((if name = "probe.QUEUE-2.grown-holds" then queue2 else queue3) ~seed)
+    try
+      Ran
+        ((match name with
+         | "probe.QUEUE-1.grow-changes-nothing" -> queue1
+         | "probe.QUEUE-2.grown-holds" -> queue2
+         | _ -> queue3)
+           ~seed)
     with Not_applicable_here why -> Not_applicable why
 end
 
@@ -142,4 +209,6 @@ let case name clause =
   { name; clauses = [ clause ];
     run = (fun (module Pk : Rig_edge.Package) ~seed -> let module M = Probe (Pk) in M.run name ~seed) }
 
-let cases = [ case "probe.QUEUE-2.grown-holds" "QUEUE-2"; case "probe.QUEUE-3.short-keeps" "QUEUE-3" ]
+let cases =
+  [ case "probe.QUEUE-1.grow-changes-nothing" "QUEUE-1"; case "probe.QUEUE-2.grown-holds" "QUEUE-2";
+    case "probe.QUEUE-3.short-keeps" "QUEUE-3" ]

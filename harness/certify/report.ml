@@ -25,8 +25,6 @@ let against (c : Catalog.clause) (r : Runner.result) =
 (* Why a clause no case checks is unchecked: said in the report, so that a
    reader knows what is missing and where else it may be looked at. *)
 let why_unchecked = function
-  | "QUEUE-1" | "TIME-6" ->
-      "not certified here: the room/grow fuzzer checks it on the fake driver's C functions (make fuzz)"
   | "MEM-9" | "MEM-10" | "MEM-11" -> "no check yet: needs a bus the harness can observe (no fake bus agent)"
   | _ -> "no check of this clause yet"
 
