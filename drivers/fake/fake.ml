@@ -38,6 +38,8 @@ external c_sleep_holding : cdev -> int -> int -> bool = "fake_stub_sleep_holding
 external c_fault_reason : cdev -> string = "fake_stub_fault_reason"
 external c_stop : cdev -> unit = "fake_stub_stop"
 external c_inject : int -> int -> int -> string -> unit = "fake_stub_inject"
+external c_bus_dma : cdev -> nativeint -> string -> int64 = "fake_stub_bus_dma"
+external c_bus_copy : string -> int64 -> bytes -> bool -> bool = "fake_stub_bus_copy"
 
 (* enum fake_kind *)
 let kind_code = function E.Device -> 0 | E.Mapped -> 1 | E.Pinned -> 2
@@ -417,8 +419,11 @@ module D = struct
           | None -> Error ("no such function: " ^ fn)
           | Some bar -> (
               match r.kind with
-              | Memory E.Device when r.place.size <= bar ->
-                  Ok (E.Bus Int64.(add 0x8000_0000L (mul r.place.handle 4096L)))
+              | Memory E.Device when r.place.size <= bar -> (
+                  match c_bus_dma t.dev r.ptr (String.lowercase_ascii fn) with
+                  | 0L -> Error (Printf.sprintf "%s is kept by another open of this machine's devices" fn)
+                  | -1L -> Error "no memory for the bus window"
+                  | a -> Ok (E.Bus a))
               | Memory E.Device ->
                   Error
                     (Printf.sprintf "BAR of %s is %d bytes, smaller than the region's %d" fn bar
@@ -612,6 +617,20 @@ let openers () =
          })
        names)
 
+(* The fake machine's PCI functions, acting on their bus: the windows dma
+   opened (fake_bus_read, fake_bus_write).  Not a function of the driver. *)
+let bus_agent =
+  let fail fn a n = invalid_arg (Printf.sprintf "fake bus: %s reaches no memory at 0x%Lx (%d bytes)" fn a n) in
+  {
+    E.read =
+      (fun ~fn (E.Bus a) n ->
+        let into = Bytes.create n in
+        if c_bus_copy (String.lowercase_ascii fn) a into false then Bytes.to_string into else fail fn a n);
+    write =
+      (fun ~fn (E.Bus a) s ->
+        if not (c_bus_copy (String.lowercase_ascii fn) a (Bytes.of_string s) true) then fail fn a (String.length s));
+  }
+
 let kit =
   {
     E.binary = "rigfake 1\nfn spin 0 spin\nfn fault 0 fault\nfn hang 0 hang\nfn fill 0 fill\n";
@@ -621,6 +640,7 @@ let kit =
     hang = Some "hang";
     scratch = Some (fun n -> (Printf.sprintf "rigfake 1\nfn scratch %d nop\n" n, "scratch"));
     bus_function = Some "0000:41:00.0";
+    bus_agent = Some bus_agent;
   }
 
 let configure ?(device_bytes = defaults.device_bytes) ?(mapped_bytes = defaults.mapped_bytes)
