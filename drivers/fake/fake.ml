@@ -122,6 +122,11 @@ let mutant_table =
     ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
     ("lock-uncounted", "LOCK-3", "alloc holds a mutex of its own while its OCaml code runs, without counting it (rig_hold)", 43);
     ("wait-drops-lock", "ASYNC-2", "sleep gives its mutex back around its wait by hand and takes it again after: an exception that ends the wait skips the re-take, and its handler gives back a mutex it does not hold", 44);
+    (* The bus (fake_bus_* of fake_core.c). *)
+    ("dma-moves", "MEM-9", "dma moves the region's bytes to new memory that fn reaches, and answers Ok", 50);
+    ("dma-stale", "MEM-10", "fn reaches a copy of the region taken at dma, never brought up to date either way", 51);
+    ("free-unpins", "MEM-11", "free of a dma'd region gives its memory, still on the bus, to the next alloc", 52);
+    ("stop-releases-function", "MEM-11", "stop lets another open's dma take the function a dma of the device kept", 53);
   ]
 
 (* The mutants of enum fake_mutant that the fuzzer (fuzz/room_grow_fuzz.c)

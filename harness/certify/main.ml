@@ -174,7 +174,7 @@ let scenario_files =
 (* The rig-side cases: what a sweep injects failures into. *)
 let rig_cases = Scenarios.cases @ scenario_files
 let all_cases =
-  Probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Mask_probes.cases @ Order_probes.cases
+  Probes.cases @ Bus_probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Mask_probes.cases @ Order_probes.cases
   @ Edge_checks.cases
   @ rig_cases
   @ Async_cases.cases
