@@ -38,6 +38,8 @@ external c_sleep_holding : cdev -> int -> int -> bool = "fake_stub_sleep_holding
 external c_fault_reason : cdev -> string = "fake_stub_fault_reason"
 external c_stop : cdev -> unit = "fake_stub_stop"
 external c_inject : int -> int -> int -> string -> unit = "fake_stub_inject"
+external c_bus_dma : cdev -> nativeint -> string -> int64 = "fake_stub_bus_dma"
+external c_bus_copy : string -> int64 -> bytes -> bool -> bool = "fake_stub_bus_copy"
 
 (* enum fake_kind *)
 let kind_code = function E.Device -> 0 | E.Mapped -> 1 | E.Pinned -> 2
@@ -122,6 +124,11 @@ let mutant_table =
     ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
     ("lock-uncounted", "LOCK-3", "alloc holds a mutex of its own while its OCaml code runs, without counting it (rig_hold)", 43);
     ("wait-drops-lock", "ASYNC-2", "sleep gives its mutex back around its wait by hand and takes it again after: an exception that ends the wait skips the re-take, and its handler gives back a mutex it does not hold", 44);
+    (* The bus (fake_bus_* of fake_core.c). *)
+    ("dma-moves", "MEM-9", "dma moves the region's bytes to new memory that fn reaches, and answers Ok", 50);
+    ("dma-stale", "MEM-10", "fn reaches a copy of the region taken at dma, never brought up to date either way", 51);
+    ("free-unpins", "MEM-11", "free of a dma'd region gives its memory, still on the bus, to the next alloc", 52);
+    ("stop-releases-function", "MEM-11", "stop lets another open's dma take the function a dma of the device kept", 53);
   ]
 
 (* The mutants of enum fake_mutant that only the sanitizers (mk/sanitize.mk)
@@ -418,8 +425,11 @@ module D = struct
           | None -> Error ("no such function: " ^ fn)
           | Some bar -> (
               match r.kind with
-              | Memory E.Device when r.place.size <= bar ->
-                  Ok (E.Bus Int64.(add 0x8000_0000L (mul r.place.handle 4096L)))
+              | Memory E.Device when r.place.size <= bar -> (
+                  match c_bus_dma t.dev r.ptr (String.lowercase_ascii fn) with
+                  | 0L -> Error (Printf.sprintf "%s is kept by another open of this machine's devices" fn)
+                  | -1L -> Error "no memory for the bus window"
+                  | a -> Ok (E.Bus a))
               | Memory E.Device ->
                   Error
                     (Printf.sprintf "BAR of %s is %d bytes, smaller than the region's %d" fn bar
@@ -613,6 +623,20 @@ let openers () =
          })
        names)
 
+(* The fake machine's PCI functions, acting on their bus: the windows dma
+   opened (fake_bus_read, fake_bus_write).  Not a function of the driver. *)
+let bus_agent =
+  let fail fn a n = invalid_arg (Printf.sprintf "fake bus: %s reaches no memory at 0x%Lx (%d bytes)" fn a n) in
+  {
+    E.read =
+      (fun ~fn (E.Bus a) n ->
+        let into = Bytes.create n in
+        if c_bus_copy (String.lowercase_ascii fn) a into false then Bytes.to_string into else fail fn a n);
+    write =
+      (fun ~fn (E.Bus a) s ->
+        if not (c_bus_copy (String.lowercase_ascii fn) a (Bytes.of_string s) true) then fail fn a (String.length s));
+  }
+
 let kit =
   {
     E.binary = "rigfake 1\nfn spin 0 spin\nfn fault 0 fault\nfn hang 0 hang\nfn fill 0 fill\n";
@@ -622,6 +646,7 @@ let kit =
     hang = Some "hang";
     scratch = Some (fun n -> (Printf.sprintf "rigfake 1\nfn scratch %d nop\n" n, "scratch"));
     bus_function = Some "0000:41:00.0";
+    bus_agent = Some bus_agent;
   }
 
 let configure ?(device_bytes = defaults.device_bytes) ?(mapped_bytes = defaults.mapped_bytes)

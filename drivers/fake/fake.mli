@@ -6,7 +6,13 @@
     Devices: three openers, "fake0".."fake2"; each make opens a new device
     with the configuration and mutant current at that time.  The binary
     format of images is text: the line [rigfake 1], then lines
-    [fn NAME SCRATCH OP], with OP one of spin, fault, hang, fill, nop. *)
+    [fn NAME SCRATCH OP], with OP one of spin, fault, hang, fill, nop.
+
+    The machine has two PCI functions, 0000:41:00.0 (a 1 MiB BAR) and
+    0000:42:00.0 (4 KiB).  dma of Device memory opens a window of the
+    function's bus addresses over the region's memory, kept until the
+    process exits, and the first open whose dma answered Ok keeps that
+    function; [kit.bus_agent] reads and writes through those windows. *)
 
 module D : Rig_edge.Driver
 

@@ -116,9 +116,12 @@ struct fake_dev {
   struct fake_mem *last_mem; /* alloc-overlap mutant */
   int manual;                    /* no worker thread (fake_debug_manual_worker) */
   struct fake_node *manual_cur;  /* the part fake_debug_work_begin runs */
+  uint64_t serial;               /* which open made it: the bus's owner of a function */
 };
 
 static atomic_int manual_next; /* fake_debug_manual_worker */
+
+static atomic_uint_fast64_t next_serial = 1;
 
 static atomic_uint_fast64_t next_handle = 1;
 
@@ -318,6 +321,7 @@ struct fake_dev *fake_dev_open(const struct fake_config *cfg) {
   atomic_init(&d->word, 0);
   atomic_init(&d->refs, 2); /* the caller's and the worker's */
   atomic_init(&d->dead, 0);
+  d->serial = atomic_fetch_add(&next_serial, 1);
 
   /* The initial queue is what the Device budget pays for, up to the slots
    * asked: a small budget leaves room to answer RIG_GROW. */
@@ -415,6 +419,9 @@ struct fake_region *fake_dev_word_region(struct fake_dev *d) { return d->word_re
 
 /* ------------------------------------------------------------ regions */
 
+static struct fake_mem *bus_recycled(size_t n);
+static void bus_unpin(struct fake_mem *m);
+
 struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n) {
   struct fake_region *r = NULL;
   dev_lock(d);
@@ -424,6 +431,8 @@ struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n) {
   if (mutant(d, FAKE_M_ALLOC_OVERLAP) && d->allocs % 2 == 0 && d->last_mem &&
       d->last_mem->size >= n)
     m = mem_ref(d->last_mem);
+  else if (mutant(d, FAKE_M_FREE_UNPINS) && (m = bus_recycled(n)))
+    ; /* memory a dma'd region gave back at its free, still on the bus */
   else
     m = mem_new(n);
   if (!m) goto out;
@@ -496,6 +505,7 @@ void fake_free(struct fake_dev *d, struct fake_region *r) {
   }
   table_remove(d, r);
   if (r->kind >= 0) d->used[r->kind] -= r->size;
+  if (mutant(d, FAKE_M_FREE_UNPINS)) bus_unpin(r->mem);
   dev_unlock(d);
   mem_unref(r->mem);
   free(r);
@@ -523,6 +533,171 @@ int fake_region_write(struct fake_region *r, size_t off, const void *from, size_
   if (!in_bounds(r->size, off, len) || r->is_word) return -1;
   memcpy(r->mem->bytes + off, from, len);
   return 0;
+}
+
+/* ---------------------------------------------------------------- bus */
+
+/* An open window: fn's bus addresses [base, base + size) reach mem. */
+struct fake_window {
+  struct fake_window *next;
+  char fn[16];
+  uint64_t base, size;
+  uint64_t handle; /* the region dma answered it for */
+  struct fake_mem *mem;
+};
+
+/* Which open keeps a function; serial 0: none (stop-releases-fn mutant). */
+struct fake_owner {
+  struct fake_owner *next;
+  char fn[16];
+  uint64_t serial;
+};
+
+/* The bus lock is taken after a device's lock, never before one. */
+static pthread_mutex_t bus_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_window *windows;
+static struct fake_owner *owners;
+static uint64_t bus_next = 0x80000000ull;
+static struct fake_mem *recycled; /* free-unpins mutant */
+
+static void bus_lock(void) {
+  rig_hold();
+  pthread_mutex_lock(&bus_mu);
+}
+
+static void bus_unlock(void) {
+  pthread_mutex_unlock(&bus_mu);
+  rig_give();
+}
+
+static struct fake_owner *owner_of(const char *fn) {
+  for (struct fake_owner *o = owners; o; o = o->next)
+    if (strcmp(o->fn, fn) == 0) return o;
+  return NULL;
+}
+
+int fake_bus_dma(struct fake_dev *d, struct fake_region *r, const char *fn, uint64_t *addr) {
+  if (strlen(fn) >= sizeof ((struct fake_window *)0)->fn) return FAKE_BUS_NOMEM;
+  struct fake_mem *m;
+  dev_lock(d);
+  if (mutant(d, FAKE_M_DMA_MOVES) && (m = mem_new(r->mem->size))) {
+    /* Moved where fn reaches it: r now lies elsewhere, and what mapped its
+     * old memory (map_peer) no longer maps r. */
+    memcpy(m->bytes, r->mem->bytes, r->mem->size);
+    mem_unref(r->mem);
+    r->mem = m;
+  }
+  if (mutant(d, FAKE_M_DMA_STALE)) {
+    m = mem_new(r->size);
+    if (m) memcpy(m->bytes, r->mem->bytes, r->size);
+  } else {
+    m = mem_ref(r->mem);
+  }
+  uint64_t handle = r->handle, size = r->size;
+  dev_unlock(d);
+  if (!m) return FAKE_BUS_NOMEM;
+
+  int rc = 0;
+  bus_lock();
+  struct fake_owner *o = owner_of(fn);
+  if (o && o->serial && o->serial != d->serial) {
+    rc = FAKE_BUS_KEPT;
+    goto out;
+  }
+  if (!o) {
+    o = calloc(1, sizeof *o);
+    if (!o) {
+      rc = FAKE_BUS_NOMEM;
+      goto out;
+    }
+    strcpy(o->fn, fn);
+    o->next = owners;
+    owners = o;
+  }
+  o->serial = d->serial;
+  for (struct fake_window *w = windows; w; w = w->next)
+    if (w->handle == handle && strcmp(w->fn, fn) == 0) {
+      *addr = w->base;
+      goto out;
+    }
+  struct fake_window *w = calloc(1, sizeof *w);
+  if (!w) {
+    rc = FAKE_BUS_NOMEM;
+    goto out;
+  }
+  strcpy(w->fn, fn);
+  w->base = bus_next;
+  w->size = size;
+  w->handle = handle;
+  w->mem = m;
+  m = NULL; /* the window's reference, for good */
+  /* Rounded to pages, with a page between windows. */
+  bus_next += (size + 4095) / 4096 * 4096 + 4096;
+  w->next = windows;
+  windows = w;
+  *addr = w->base;
+out:
+  bus_unlock();
+  mem_unref(m);
+  return rc;
+}
+
+/* The window of fn that holds [addr, addr + len), with the bus lock held. */
+static struct fake_window *window_at(const char *fn, uint64_t addr, size_t len) {
+  for (struct fake_window *w = windows; w; w = w->next)
+    if (strcmp(w->fn, fn) == 0 && addr >= w->base && addr - w->base <= w->size &&
+        len <= w->size - (addr - w->base))
+      return w;
+  return NULL;
+}
+
+int fake_bus_read(const char *fn, uint64_t addr, void *into, size_t len) {
+  bus_lock();
+  struct fake_window *w = window_at(fn, addr, len);
+  if (w) memcpy(into, w->mem->bytes + (addr - w->base), len);
+  bus_unlock();
+  return w ? 0 : -1;
+}
+
+int fake_bus_write(const char *fn, uint64_t addr, const void *from, size_t len) {
+  bus_lock();
+  struct fake_window *w = window_at(fn, addr, len);
+  if (w) memcpy(w->mem->bytes + (addr - w->base), from, len);
+  bus_unlock();
+  return w ? 0 : -1;
+}
+
+/* free-unpins mutant: m, freed, goes back to the allocator if a window
+ * holds it (called with the device's lock held). */
+static void bus_unpin(struct fake_mem *m) {
+  bus_lock();
+  for (struct fake_window *w = windows; w; w = w->next)
+    if (w->mem == m) {
+      mem_unref(recycled);
+      recycled = mem_ref(m);
+      break;
+    }
+  bus_unlock();
+}
+
+/* free-unpins mutant: the memory bus_unpin gave back, if it holds n bytes. */
+static struct fake_mem *bus_recycled(size_t n) {
+  struct fake_mem *m = NULL;
+  bus_lock();
+  if (recycled && recycled->size >= n) {
+    m = recycled;
+    recycled = NULL;
+  }
+  bus_unlock();
+  return m;
+}
+
+/* stop-releases-fn mutant: the functions d keeps go back at its stop. */
+static void bus_release(struct fake_dev *d) {
+  bus_lock();
+  for (struct fake_owner *o = owners; o; o = o->next)
+    if (o->serial == d->serial) o->serial = 0;
+  bus_unlock();
 }
 
 /* ------------------------------------------------------------- images */
@@ -972,6 +1147,7 @@ void fake_stop(struct fake_dev *d) {
   }
   d->stopping = 1;
   atomic_store(&d->dead, 1);
+  if (mutant(d, FAKE_M_STOP_RELEASES_FN)) bus_release(d);
   for (struct fake_thread *t = d->threads; t; t = t->next) drop_thread(d, t);
   free_push_list(d, d->run_head);
   d->run_head = d->run_tail = NULL;

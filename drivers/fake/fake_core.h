@@ -58,7 +58,12 @@ enum fake_mutant {
   FAKE_M_STOP_FREES_REGIONS,     /* STOP-5: stop frees rig's regions: use after free (ASan) */
   /* 30..36 live on the OCaml side (fake.ml). */
   FAKE_M_WORKER_UNMASKED = 37,   /* SIG-8: the worker thread leaves signals unblocked */
-  FAKE_M_SLEEP_AWAITS_COMMIT = 45 /* TIME-6: sleep first waits for the commits in flight */
+  FAKE_M_SLEEP_AWAITS_COMMIT = 45, /* TIME-6: sleep first waits for the commits in flight */
+  /* The bus (fake_bus_*): */
+  FAKE_M_DMA_MOVES = 50,         /* MEM-9: dma moves r's bytes to new memory */
+  FAKE_M_DMA_STALE = 51,         /* MEM-10: fn reaches a copy taken at dma, never synced */
+  FAKE_M_FREE_UNPINS = 52,       /* MEM-11: free gives dma'd memory to the next alloc */
+  FAKE_M_STOP_RELEASES_FN = 53   /* MEM-11: stop lets another open take d's function */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */
@@ -109,6 +114,27 @@ size_t fake_region_size(const struct fake_region *r);
 /* Host copies; 0 on success, -1 out of bounds.  Take no lock. */
 int fake_region_read(struct fake_region *r, size_t off, void *into, size_t len);
 int fake_region_write(struct fake_region *r, size_t off, const void *from, size_t len);
+
+/* ---------------------------------------------------------------- bus */
+
+/* The machine's bus, process-wide: a PCI function reaches a region through
+ * a window of its bus addresses that dma opens (fake_bus_dma).  A window
+ * holds a reference on the region's memory and is never closed, so the
+ * memory stays where it is, out of every later allocation, until the
+ * process exits (MEM-11); fn's bus addresses are never handed out twice.
+ * The first open whose dma answered Ok for fn keeps fn (MEM-11's "d's
+ * function", as spec/decisions.md reads it). */
+
+#define FAKE_BUS_KEPT (-1)   /* fn is kept by another open */
+#define FAKE_BUS_NOMEM (-2)
+/* fn reaches r: 0 and its bus address in *addr (the same for the same r and
+ * fn), or one of the codes above.  fn is a bus address the caller checked,
+ * at most 15 characters. */
+int fake_bus_dma(struct fake_dev *d, struct fake_region *r, const char *fn, uint64_t *addr);
+/* What fn reads and writes by DMA at addr: 0, or -1 when [addr, addr+len)
+ * is not within one window of fn.  The harness's bus agent. */
+int fake_bus_read(const char *fn, uint64_t addr, void *into, size_t len);
+int fake_bus_write(const char *fn, uint64_t addr, const void *from, size_t len);
 
 /* ------------------------------------------------------------- images */
 

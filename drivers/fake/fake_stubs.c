@@ -199,3 +199,25 @@ value fake_stub_inject(value fn, value nth, value mode, value why) {
   fake_inject(Int_val(fn), Long_val(nth), Int_val(mode), String_val(why));
   return Val_unit;
 }
+
+/* ---------------------------------------------------------------- bus */
+
+/* Some address, 0 (fn kept by another open) or -1 (no memory); fn is
+ * lowercase, checked by the caller.  A boxed answer: addresses use 64 bits. */
+value fake_stub_bus_dma(value dev, value r, value fn) {
+  CAMLparam3(dev, r, fn);
+  CAMLlocal1(v);
+  uint64_t addr = 0;
+  int rc = fake_bus_dma(Dev_val(dev), Region_val(r), String_val(fn), &addr);
+  v = caml_copy_int64(rc == 0 ? (int64_t)addr : rc == FAKE_BUS_KEPT ? 0 : -1);
+  CAMLreturn(v);
+}
+
+/* fn's DMA at addr: writes buf there when to_bus, else reads into it. */
+value fake_stub_bus_copy(value fn, value addr, value buf, value to_bus) {
+  uint64_t a = (uint64_t)Int64_val(addr);
+  size_t n = caml_string_length(buf);
+  int rc = Bool_val(to_bus) ? fake_bus_write(String_val(fn), a, Bytes_val(buf), n)
+                            : fake_bus_read(String_val(fn), a, Bytes_val(buf), n);
+  return Val_bool(rc == 0);
+}

@@ -241,6 +241,7 @@ let kit =
     hang = Some "hang";
     scratch = Some (fun n -> (Printf.sprintf "%s\nwork nop %d\n" header n, "work"));
     bus_function = None;
+    bus_agent = None;
   }
 
 (* ------------------------------------------------- the library's own *)

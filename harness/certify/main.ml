@@ -174,7 +174,7 @@ let scenario_files =
 (* The rig-side cases: what a sweep injects failures into. *)
 let rig_cases = Scenarios.cases @ scenario_files
 let all_cases =
-  Probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Mask_probes.cases @ Order_probes.cases
+  Probes.cases @ Bus_probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Mask_probes.cases @ Order_probes.cases
   @ Edge_checks.cases
   @ rig_cases
   @ Async_cases.cases
@@ -296,9 +296,9 @@ let list_clauses (drv : Drivers.t) selected =
   let (module P : Rig_edge.Package) = drv.package in
   let k = P.kit in
   let item name = function Some _ -> name | None -> name ^ " (none)" in
-  Printf.printf "driver %s; kit: image, %s, %s, %s, %s, %s, %s\n" P.name
+  Printf.printf "driver %s; kit: image, %s, %s, %s, %s, %s, %s, %s\n" P.name
     (item "refused binary" k.refused_binary) (item "spin" k.spin) (item "fault" k.fault) (item "hang" k.hang)
-    (item "scratch" k.scratch) (item "bus function" k.bus_function);
+    (item "scratch" k.scratch) (item "bus function" k.bus_function) (item "bus agent" k.bus_agent);
   List.iter
     (fun (c : Catalog.clause) ->
       let mine = List.filter (fun (case : Case.t) -> List.mem c.id case.clauses) all_cases in
@@ -345,6 +345,7 @@ let certify args =
     let k = P.kit in
     [ ("kit.refused_binary", k.refused_binary <> None); ("kit.spin", k.spin <> None); ("kit.fault", k.fault <> None);
       ("kit.hang", k.hang <> None); ("kit.scratch", k.scratch <> None); ("kit.bus_function", k.bus_function <> None);
+      ("kit.bus_agent", k.bus_agent <> None);
       ("fault_injection", drv.inject <> None) ]
   in
   Report.write_json ~declared report ~driver:o.driver ~seeds ~interrupted:!interrupted ~runs:results lines;

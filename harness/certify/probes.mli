@@ -30,3 +30,59 @@
 
 (** All the probes, in clause order. *)
 val cases : Case.t list
+
+(** {1 The shared helpers}
+
+    For probe modules of their own (bus_probes.ml), which call the driver
+    the same way; probes.ml says what each does. *)
+
+(** The driver lacks what the case needs: the case is Not_applicable. *)
+exception Skip of string
+
+module Kit (P : Rig_edge.Package) : sig
+  type dev = {
+    id : int;
+    d : P.D.t;
+    oname : string;
+    facts : P.D.region Rig_edge.facts;
+    mutable last : int;
+    mutable stopped : bool;
+    mutable lost : string option;
+    mutable hung : bool;
+    mutable word_freed : bool;
+    mutable keep : Rig_edge.submission list;
+  }
+
+  type res
+  type reg = { dev : dev; region : P.D.region; size : int; res : res }
+  type session
+
+  val run : clause:string -> seed:int -> (session -> unit) -> Case.result
+  val flag : session -> ('a, unit, string, unit) format4 -> 'a
+  val int : session -> int -> int
+  val byte : session -> int
+  val other_byte : session -> int -> int
+  val pattern : session -> int -> string
+  val need_item : string -> 'a option -> 'a
+  val call : dev -> (unit -> 'a) -> 'a
+  val openers : unit -> P.D.t Rig_edge.opener list
+  val open_dev : session -> P.D.t Rig_edge.opener -> dev
+  val alloc : session -> dev -> Rig_edge.memory -> int -> reg option
+  val free_reg : reg -> unit
+  val map_peer : session -> dev -> reg -> reg
+  val place : reg -> Rig_edge.place
+  val reachable : reg -> bool
+  val read : reg -> off:int -> len:int -> string option
+  val write : reg -> off:int -> string -> bool
+  val fill_part : reg -> off:int -> len:int -> byte:int -> Rig_edge.part
+  val submit : ?commit:bool -> dev -> Rig_edge.part list -> (int, string) result
+
+  type waited = Reached | Timed_out of int | Fault_seen of string
+
+  val wait_value : session -> dev -> int -> ms:int -> waited
+  val describe_wait : waited -> string
+  val run_or_skip : session -> dev -> Rig_edge.part list -> string -> int
+  val close : session -> dev -> unit
+  val settled : dev -> ms:int -> bool
+  val release_dev : session -> dev -> unit
+end

@@ -132,6 +132,11 @@ module type Driver = sig
   val unload : image -> unit
 end
 
+type bus_agent = {
+  read : fn:string -> bus -> int -> string;
+  write : fn:string -> bus -> string -> unit;
+}
+
 (** Certification material: what the certifier needs, beyond the Driver, to
     make work on a driver's devices.  An absent item makes the clauses that
     need it n/a, with the item named as the reason. *)
@@ -147,6 +152,9 @@ type kit = {
   bus_function : string option;
       (** a bus address of this machine that reaches all of a small Device
           region by DMA (MEM-8) *)
+  bus_agent : bus_agent option;
+      (** the PCI function at [bus_function], played by the certifier
+          (MEM-9..MEM-11); None where the harness cannot act on the bus *)
 }
 
 (** What a driver library offers besides its Driver: its capability (the

@@ -119,6 +119,26 @@ module type Driver = sig
   val unload : image -> unit
 end
 
+(** The PCI function at a bus address of the machine, as the certifier plays
+    it: what that function reads and writes by DMA at the addresses dma
+    answered.  It stands for the machine's hardware, not for the driver: no
+    Driver function is called through it, and the driver must keep its
+    answers true (MEM-10, MEM-11) without knowing when it is used.  A
+    package whose machine offers no such access (a real bus is not
+    observable from the process) leaves [kit.bus_agent] None, and MEM-9 to
+    MEM-11 come out n/a.
+
+    - [read ~fn (Bus a) n] is the [n] bytes at [a] on [fn]'s bus, as [fn]
+      reads them by DMA;
+    - [write ~fn (Bus a) s] writes [s] there by DMA.
+    Both raise Invalid_argument, having moved nothing, when the bytes are
+    not all within memory that a dma of [fn] answered.  They may be called
+    at any time, from any thread that holds no lock. *)
+type bus_agent = {
+  read : fn:string -> bus -> int -> string;
+  write : fn:string -> bus -> string -> unit;
+}
+
 (** Certification material: what the certifier needs, beyond the Driver, to
     make work on a driver's devices.  An absent item makes the clauses that
     need it n/a, with the item named as the reason. *)
@@ -134,6 +154,9 @@ type kit = {
   bus_function : string option;
       (** a bus address of this machine that reaches all of a small Device
           region by DMA (MEM-8) *)
+  bus_agent : bus_agent option;
+      (** the PCI function at [bus_function], played by the certifier
+          (MEM-9..MEM-11); None where the harness cannot act on the bus *)
 }
 
 (** What a driver library offers besides its Driver: its capability (the
