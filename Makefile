@@ -53,11 +53,13 @@ bench: build
 	$(MAKE) -s fuzz-bench
 	$(MAKE) -s san-bench
 
+## install: rig-conform and rig-cert, the OCaml libraries (rig_conform.*), rig_edge.h with its
+## pkg-config file, and the bundled scenarios, under PREFIX (docs/writing-a-driver.md)
 install: build
-	install -d $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig
+	dune install --prefix $(PREFIX) 2>&1
+	install -d $(PREFIX)/include $(PREFIX)/lib/pkgconfig $(PREFIX)/share/rig-conform/scenarios
 	install -m 644 include/rig_edge.h $(PREFIX)/include/rig_edge.h
-	install -m 755 $(RIG_CONFORM) $(PREFIX)/bin/rig-conform
-	ln -sf rig-conform $(PREFIX)/bin/rig-cert
+	install -m 644 scenarios/*.scn $(PREFIX)/share/rig-conform/scenarios/
 	sed 's|@PREFIX@|$(PREFIX)|' tools/rig_edge.pc.in > $(PREFIX)/lib/pkgconfig/rig_edge.pc
 
 clean:

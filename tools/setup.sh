@@ -11,16 +11,18 @@ cache="${RIG_OCAML_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rig-conform}"
 prefix="$cache/ocaml-5.3.0"
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-need_pkgs=""
-for p in ocaml-dune python3-pytest python3-hypothesis clang libclang-rt-14-dev make gcc; do
-  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs="$need_pkgs $p"
-done
-if [ -n "$need_pkgs" ]; then
+if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+apt_install() { # the Debian packages of "$@" that are not installed yet
+  need_pkgs=""
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || need_pkgs="$need_pkgs $p"
+  done
+  [ -n "$need_pkgs" ] || return 0
   log "installing Debian packages:$need_pkgs"
-  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $need_pkgs >&2
-fi
+}
+apt_install ocaml-dune python3-pytest python3-hypothesis clang libclang-rt-14-dev make gcc
 
 ocaml_ok() { # $1: an ocamlfind-free ocamlc; true when it is >= 5.1
   v=$("$1" -version 2>/dev/null) || return 1
@@ -38,6 +40,8 @@ if [ -x "$prefix/bin/ocamlc" ] && ocaml_ok "$prefix/bin/ocamlc"; then
 fi
 
 log "building OCaml 5.3.0 into $prefix (once; about 5 minutes)"
+# npm fetches the source from the npm registry; Debian's own npm will do.
+command -v npm >/dev/null 2>&1 || apt_install npm
 mkdir -p "$cache"
 work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -3,11 +3,14 @@
    line), selftest (every mutant caught with exactly its clause, the
    conforming pair clean across seeds), list, bench. *)
 
+(* The name the user typed: rig-cert is the same program (make install). *)
+let me = if Filename.basename Sys.argv.(0) = "rig-cert" then "rig-cert" else "rig-conform"
+
 let usage_error fmt =
   Printf.ksprintf
     (fun s ->
-      prerr_endline ("rig-conform: " ^ s);
-      prerr_endline "Try 'rig-conform --help'.";
+      prerr_endline (me ^ ": " ^ s);
+      Printf.eprintf "Try '%s --help'.\n" me;
       exit 2)
     fmt
 
@@ -15,34 +18,38 @@ let help =
   {|rig-conform: conformance harness for rig drivers
 
 Usage:
-  rig-conform certify [--driver NAME] [--only IDS] [--seeds N] [-j N] [--timeout SECONDS] [--report PATH]
+  rig-conform certify [--plugin PATH] [--driver NAME] [--only IDS] [--seeds N | --seed N] [-j N]
+                      [--timeout SECONDS] [--report PATH] [--junit PATH] [--markdown PATH]
+                      [--no-sweep] [--batch N] [--list] [--no-color]
       Certifies a driver: one verdict per clause of spec/clauses.tsv (pass, fail, n/a,
       unchecked), printed and written to PATH (default out/certify/report.json).
       Exit 0 when no clause fails, 1 when one does, 2 on a usage error.  Where the
       driver has fault injection (the fake), it also runs the systematic sweep
       (see sweep) and counts its runs in the verdicts; --no-sweep skips it.
-  rig-conform run --case NAME --seed N [--driver NAME] [--mutant NAME]
+  rig-conform run --case NAME --seed N [--plugin PATH] [--driver NAME] [--mutant NAME] [--inject F:N:K]
       Runs one case once, in this process, and prints its findings: the replay line
       that certify prints beside each failure.  Exit 1 when it finds a violation.
   rig-conform selftest [--seeds N] [-j N] [--timeout SECONDS] [--report PATH]
       Proves the checks: each mutant of the fake driver and of the reference rig must be
       flagged with exactly its clause, and the conforming pair with nothing across N seeds
       (default 20).  Writes out/selftest/report.json.
-  rig-conform sweep [--only IDS] [-j N] [--shard I/N] [--random N [--seed S]] [--batch N] [--report PATH]
+  rig-conform sweep [--driver NAME] [--only IDS] [-j N] [--shard I/N] [--random N [--seed S]] [--batch N] [--report PATH]
       Systematic fault injection: runs each rig-side scenario once per driver call and
       failure kind the document allows there, failing just that call, and checks what
       the validation layer sees.  --random N runs N of those points, drawn from the seed (a
       random fault plan).  A child runs up to --batch N points of one scenario in turn
       (default: as many as its clean run says fit in 2 s, at most 64; 1: a process per
       point); a point whose batch crashed or hung runs again alone.  Writes
-      out/sweep/report.json.  Exit 1 on any failure.
-  rig-conform async-sweep [--case NAME] [--max-alloc N] [-j N] [--shard I/N] [--report PATH]
+      out/sweep/report.json.  Exit 1 on any failure.  Needs a driver that fails its
+      n-th call on demand: the fake (another driver: exit 2).
+  rig-conform async-sweep [--plugin PATH] [--driver NAME] [--case NAME] [--max-alloc N] [-j N] [--shard I/N] [--report PATH]
       Asynchronous exceptions at every allocation point: counts the allocations of each
       driver call of each async.* case, then runs the case once per call and allocation
       N <= --max-alloc (default 20), raising an asynchronous exception at the N-th
       (--inject FN:NTH:async@N).  Writes out/async-sweep/report.json.  Exit 1 on any failure.
-  rig-conform list [--driver NAME]
+  rig-conform list [--plugin PATH] [--driver NAME]
       The cases, the clauses each checks, and the mutants.
+  rig-cert is another name of rig-conform (make install).
   rig-conform bench [--report PATH]
       The validation layer's cost (wrapped vs bare, same workload) and certify's wall time.
 
@@ -167,9 +174,9 @@ let driver_of o =
 
 (* Scenario files are read at start: a malformed one is a usage error. *)
 let scenario_files =
-  match Scenario_run.load (Scenario_run.directory ()) with
-  | Ok cases -> cases
-  | Error why -> usage_error "scenario %s" why
+  match Scenario_run.directory () with
+  | Error why -> usage_error "%s" why
+  | Ok dir -> ( match Scenario_run.load dir with Ok cases -> cases | Error why -> usage_error "scenario %s" why)
 
 (* The rig-side cases: what a sweep injects failures into. *)
 let rig_cases = Scenarios.cases @ scenario_files

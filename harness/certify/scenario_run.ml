@@ -3,7 +3,28 @@
 open Case
 module S = Scenario_syntax
 
-let directory () = Option.value (Sys.getenv_opt "RIG_CONFORM_SCENARIOS") ~default:"scenarios"
+(* Where the bundled scenarios are, seen from the executable: installed
+   (make install: PREFIX/bin and PREFIX/share/rig-conform/scenarios), or
+   the checkout it was built in (_build/default/harness/certify/main.exe,
+   or dune's _build/install/default/bin).  Never the current directory: a
+   driver's own project may have a scenarios folder of its own. *)
+let bundled_candidates () =
+  let bin = Filename.dirname Sys.executable_name in
+  let up n = List.fold_left (fun d _ -> Filename.dirname d) bin (List.init n Fun.id) in
+  [ Filename.concat (up 1) "share/rig-conform/scenarios"; Filename.concat (up 4) "scenarios" ]
+
+let directory () =
+  match Sys.getenv_opt "RIG_CONFORM_SCENARIOS" with
+  | Some d when Sys.file_exists d && Sys.is_directory d -> Ok d
+  | Some d -> Error (Printf.sprintf "RIG_CONFORM_SCENARIOS=%s is not a directory" d)
+  | None -> (
+      let found = List.filter (fun d -> Sys.file_exists d && Sys.is_directory d) (bundled_candidates ()) in
+      match found with
+      | d :: _ -> Ok d
+      | [] ->
+          Error
+            (Printf.sprintf "cannot find the bundled scenarios (looked in %s): set RIG_CONFORM_SCENARIOS to rig-conform's scenarios folder"
+               (String.concat ", " (bundled_candidates ()))))
 
 (* The interpreter cannot go on: a name whose statement failed, say. *)
 exception Broken of string

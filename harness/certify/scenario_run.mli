@@ -5,9 +5,11 @@
     finding against the scenario's first clause, naming the file and line;
     what the validation layer sees is reported under its own clauses. *)
 
-(** The directory scenarios are read from: $RIG_CONFORM_SCENARIOS, or
-    "scenarios" under the current directory. *)
-val directory : unit -> string
+(** The directory scenarios are read from: $RIG_CONFORM_SCENARIOS, or the
+    bundled scenarios found from the executable's place (installed under
+    PREFIX/share/rig-conform/scenarios, or the checkout it was built in);
+    Error says why there is none. *)
+val directory : unit -> (string, string) result
 
 (** [load dir] parses every *.scn of [dir], in name order: the cases, or
     the first file's error ("FILE:LINE:COL: ..."). *)
