@@ -48,7 +48,7 @@ let verdicts ~cases ~selected results =
             | _ ->
                 let names = List.sort_uniq compare (List.map (fun (r : Runner.result) -> r.job.case.name) applicable) in
                 line Pass
-                  (Printf.sprintf "%d run(s) of %s: no violation" (List.length applicable) (String.concat ", " names))
+                  (Printf.sprintf "no violation in %d run(s) of %s" (List.length applicable) (String.concat ", " names))
                   None))
     Catalog.all
 
