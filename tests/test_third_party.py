@@ -136,6 +136,21 @@ def test_hostmem_certifies(plugins, tmp_path):
         assert clauses[cid]["verdict"] == "n/a", f"{cid}: {clauses[cid]}"
 
 
+def test_list_marks_what_needs_the_fakes_knobs(plugins):
+    """certify --list runs nothing, names every clause, and marks the cases
+    that will be n/a for a driver that is not the fake."""
+    proc = subprocess.run(
+        [ensure_rig(), "certify", "--list", "--plugin", HOSTMEM_PLUGIN, "--driver", "hostmem", "--no-color"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = {l.split()[0]: l for l in proc.stdout.splitlines() if re.match(r"^[A-Z]+-\d+ ", l)}
+    catalog = re.findall(r"^([A-Z]+-\d+)\t", (ROOT / "spec" / "clauses.tsv").read_text(encoding="utf-8"), re.M)
+    assert sorted(lines) == sorted(catalog), proc.stdout
+    assert "rig.c-call-in-flight(n/a)" in lines["CNT-3"], lines["CNT-3"]
+    assert "(n/a)" not in lines["STOP-2"], lines["STOP-2"]
+
+
 def test_hostmem_passes_twenty_seeds(plugins, tmp_path):
     """No false positive on the second conforming driver over 20 seeds of
     every case but the sweeps (seed-independent, run by the test above)."""

@@ -306,10 +306,18 @@ let list_clauses (drv : Drivers.t) selected =
   Printf.printf "driver %s; kit: image, %s, %s, %s, %s, %s, %s, %s\n" P.name
     (item "refused binary" k.refused_binary) (item "spin" k.spin) (item "fault" k.fault) (item "hang" k.hang)
     (item "scratch" k.scratch) (item "bus function" k.bus_function) (item "bus agent" k.bus_agent);
+  (* Cases that need the fake's knobs come out n/a for another driver. *)
+  let knobs name =
+    let base = if String.starts_with ~prefix:"async." name then String.sub name 6 (String.length name - 6) else name in
+    Scenario_run.needs_fake name || List.exists (fun (n, _, fake) -> fake && n = base) Scenarios.flows
+  in
+  let mark name = if P.name <> Fake.name && knobs name then name ^ "(n/a)" else name in
+  if P.name <> Fake.name then
+    print_endline "cases marked (n/a) need the fake driver's knobs: they are n/a for this driver";
   List.iter
     (fun (c : Catalog.clause) ->
       let mine = List.filter (fun (case : Case.t) -> List.mem c.id case.clauses) all_cases in
-      let names = List.map (fun (case : Case.t) -> case.name) mine in
+      let names = List.map (fun (case : Case.t) -> mark case.name) mine in
       Printf.printf "%-8s %-6s %s\n" c.id c.side
         (if mine = [] then "unchecked: " ^ Report.why_unchecked c.id else String.concat " " names))
     selected

@@ -249,8 +249,14 @@ module Interp (P : Rig_edge.Package) = struct
     Fun.protect ~finally:finish (fun () -> go t.stmts)
 end
 
+(* The loaded scenarios that say `needs fake` (for certify --list). *)
+let fake_only : (string, unit) Hashtbl.t = Hashtbl.create 8
+
+let needs_fake name = Hashtbl.mem fake_only name
+
 let case ~file (t : S.t) =
   let name = "scn." ^ Filename.remove_extension (Filename.basename file) in
+  if t.needs_fake then Hashtbl.replace fake_only name ();
   let run (module P : Rig_edge.Package) ~seed:_ =
     if t.needs_fake && P.name <> Fake.name then Not_applicable "needs the fake driver's knobs"
     else

@@ -14,3 +14,7 @@ val directory : unit -> (string, string) result
 (** [load dir] parses every *.scn of [dir], in name order: the cases, or
     the first file's error ("FILE:LINE:COL: ..."). *)
 val load : string -> (Case.t list, string) result
+
+(** Whether a loaded scenario case (scn.NAME) needs the fake driver's
+    knobs, so that it is n/a for another driver. *)
+val needs_fake : string -> bool
