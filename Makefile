@@ -49,7 +49,7 @@ test: unit selftest pytest
 
 ## bench: validation layer cost ratio and certify wall time, then the fuzzers' exec/s (not a test)
 bench: build
-	$(RIG_CONFORM) bench -j $(J)
+	$(RIG_CONFORM) bench
 	$(MAKE) -s fuzz-bench
 	$(MAKE) -s san-bench
 

@@ -28,10 +28,10 @@ module Wrapped = Workload (V)
 let best_of n f = List.fold_left min infinity (List.init n (fun _ -> f ()))
 
 let main args =
-  let jobs = ref 2 and report = ref "out/bench/report.json" in
+  (* Each figure names its own -j: none is taken from the command line. *)
+  let report = ref "out/bench/report.json" in
   let rec go = function
     | [] -> ()
-    | "-j" :: v :: rest -> (match int_of_string_opt v with Some n when n > 0 -> jobs := n | _ -> failwith "-j wants a positive integer"); go rest
     | "--report" :: v :: rest -> report := v; go rest
     | a :: _ -> prerr_endline ("rig-conform bench: unexpected argument " ^ a); exit 2
   in
@@ -42,15 +42,21 @@ let main args =
   let wrapped = best_of 3 (fun () -> Wrapped.run (V.opener fake0)) in
   Printf.printf "workload of %d alloc/write/submit/wait/free rounds: bare %.3f s, validated %.3f s, ratio %.2f\n%!"
     iterations bare wrapped (wrapped /. bare);
-  let certify_report = Filename.concat (Filename.dirname !report) "certify.json" in
-  let t0 = Unix.gettimeofday () in
-  let code =
-    Sys.command
-      (Printf.sprintf "%s certify --driver fake -j %d --no-color --report %s > /dev/null 2>&1"
-         (Filename.quote Sys.executable_name) !jobs (Filename.quote certify_report))
+  (* A whole certification of a bundled driver, as make certify and make
+     certify-hostmem run it (3 seeds; the fake's includes the sweep). *)
+  let certify ~driver ~args j =
+    let path = Filename.concat (Filename.dirname !report) (Printf.sprintf "certify-%s-j%d.json" driver j) in
+    let t0 = Unix.gettimeofday () in
+    let code =
+      Sys.command
+        (Printf.sprintf "%s certify %s -j %d --no-color --report %s > /dev/null 2>&1" (Filename.quote Sys.executable_name)
+           args j (Filename.quote path))
+    in
+    let wall = Unix.gettimeofday () -. t0 in
+    Printf.printf "certify %s (3 seeds) -j %d: %.1f s, exit %d\n%!" driver j wall code;
+    Printf.sprintf "{\"driver\": %s, \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d}" (Report.json_string driver) j wall code
   in
-  let certify_s = Unix.gettimeofday () -. t0 in
-  Printf.printf "certify (fake driver, 3 seeds, sweep included, -j %d): %.1f s, exit %d\n%!" !jobs certify_s code;
+  let certify_fake = List.map (certify ~driver:"fake" ~args:"--driver fake") [ 1; 2 ] in
   (* The injection of every run of a report ("inject": "F:N:K"). *)
   let injects path =
     match In_channel.with_open_bin path In_channel.input_all with
@@ -107,26 +113,16 @@ let main args =
       (float (List.length points) /. wall);
     (r, waits)
   in
-  (* The second bundled driver, as a plugin: certify at -j1 and -j2. *)
-  let hostmem j =
-    let t0 = Unix.gettimeofday () in
-    let code =
-      Sys.command
-        (Printf.sprintf
-           "%s certify --plugin _build/default/drivers/hostmem/hostmem.cmxs --driver hostmem -j %d --no-color --report %s > /dev/null 2>&1"
-           (Filename.quote Sys.executable_name) j
-           (Filename.quote (Filename.concat (Filename.dirname !report) (Printf.sprintf "hostmem-j%d.json" j))))
-    in
-    let wall = Unix.gettimeofday () -. t0 in
-    Printf.printf "certify hostmem (3 seeds) -j %d: %.1f s, exit %d\n%!" j wall code;
-    (j, wall, code)
+  (* The second bundled driver, as a plugin. *)
+  let certify_hostmem =
+    List.map (certify ~driver:"hostmem" ~args:"--plugin _build/default/drivers/hostmem/hostmem.cmxs --driver hostmem") [ 1; 2 ]
   in
-  let hostmems = List.map hostmem [ 1; 2 ] in
   ignore (Sys.command (Printf.sprintf "mkdir -p %s" (Filename.quote (Filename.dirname !report))));
   Out_channel.with_open_bin !report (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-bench/1\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": {\"driver\": \"fake\", \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"sweep\": [%s],\n  \"async_sweep\": {\"allocation_points\": %d, \"wait_points\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"certify_hostmem\": [%s]\n}\n"
-        iterations bare wrapped (wrapped /. bare) !jobs certify_s code
+        "{\n  \"format\": \"rig-conform-bench/2\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": [%s],\n  \"sweep\": [%s],\n  \"async_sweep\": {\"allocation_points\": %d, \"wait_points\": %d, \"wall_s\": %.2f, \"exit\": %d}\n}\n"
+        iterations bare wrapped (wrapped /. bare)
+        (String.concat ", " (certify_fake @ certify_hostmem))
         (String.concat ", "
            (List.map
               (fun (label, points, wall, code) ->
@@ -135,6 +131,5 @@ let main args =
                   (Report.json_string label) points wall (float points /. wall) code)
               sweeps))
         (List.length async_points - async_waits) async_waits async_wall async_code
-        (String.concat ", "
-           (List.map (fun (j, wall, code) -> Printf.sprintf "{\"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d}" j wall code) hostmems)));
+);
   Printf.printf "report: %s\n" !report

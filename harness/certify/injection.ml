@@ -30,11 +30,26 @@ let kinds_for fn =
 
 let is_answer i = answer_of i.fn = Some i.kind
 
-(* rig polls signaled as often as the timing makes it while it waits: only
-   the first calls, which every run makes, are points, so that a sweep's
-   points are the same run after run. *)
+(* The points must be the same run after run (shards, replays), but two
+   counts depend on timing.  rig polls signaled as often as the timing makes
+   it while it waits: only its first calls, which every run makes, are
+   points.  rig sleeps only when the word has not yet reached what it waits
+   for: sleep's first call is a point wherever rig reads the word (it waits
+   there, so it may sleep), whether the clean run slept or not, and its later
+   calls are not. *)
 let signaled_points = 2
-let swept_calls ~fn n = if fn = "signaled" then min n signaled_points else n
+
+let swept calls =
+  let count fn = Option.value (List.assoc_opt fn calls) ~default:0 in
+  let waits = count "signaled" > 0 || count "sleep" > 0 in
+  List.filter_map
+    (fun (fn, n) ->
+      match fn with
+      | "signaled" -> Some (fn, min n signaled_points)
+      | "sleep" -> None
+      | _ -> Some (fn, n))
+    calls
+  @ if waits then [ ("sleep", 1) ] else []
 
 (* N of a kind "WHERE@N", N >= 1. *)
 let point_at where i =

@@ -10,10 +10,11 @@ type t = { fn : string; nth : int; kind : string }
     "grow" (room answers RIG_GROW). *)
 val kinds : string list
 
-(** [swept_calls ~fn n]: of the [n] calls of [fn] a clean run made, how many
-    a sweep fails one by one: all, but for signaled, whose count after the
-    first two depends on the timing of rig's polls. *)
-val swept_calls : fn:string -> int -> int
+(** [swept calls]: of the calls of each function a clean run made (function,
+    count), how many a sweep fails one by one: all, but for the two whose
+    count depends on timing: signaled's first two, and sleep's first wherever
+    the run read the word, whether or not it slept. *)
+val swept : (string * int) list -> (string * int) list
 
 (** Whether the kind is the failure answer of its function. *)
 val is_answer : t -> bool

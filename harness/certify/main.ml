@@ -51,7 +51,8 @@ Usage:
       The cases, the clauses each checks, and the mutants.
   rig-cert is another name of rig-conform (make install).
   rig-conform bench [--report PATH]
-      The validation layer's cost (wrapped vs bare, same workload) and certify's wall time.
+      The validation layer's cost (wrapped vs bare, same workload), the wall time of a
+      whole certification of each bundled driver at -j1 and -j2, and the sweeps' speed.
 
 Options:
   --driver NAME     the driver to certify (default fake, the bundled one)
@@ -269,9 +270,9 @@ let sweep_runs ?(with_census = false) o cases =
           (fun (fn, n) ->
             List.concat_map
               (fun kind ->
-                List.init (Injection.swept_calls ~fn n) (fun k -> job ~inject:{ Injection.fn; nth = k + 1; kind } r.job.case))
+                List.init n (fun k -> job ~inject:{ Injection.fn; nth = k + 1; kind } r.job.case))
               (Injection.kinds_for fn))
-          r.calls)
+          (Injection.swept r.calls))
       census
     |> random_plan o
     |> in_shard o
