@@ -118,11 +118,13 @@ let run_json (r : Runner.result) =
     | Timed_out _ -> ("timeout", r.job.case.clauses)
   in
   let opt = function Some s -> json_string s | None -> "null" in
-  Printf.sprintf "    {\"case\": %s, \"seed\": %d, \"mutant\": %s, \"inject\": %s, \"outcome\": %s, \"flagged\": [%s]}"
+  Printf.sprintf
+    "    {\"case\": %s, \"seed\": %d, \"mutant\": %s, \"inject\": %s, \"outcome\": %s, \"flagged\": [%s], \"seconds\": %.3f}"
     (json_string r.job.case.name) r.job.seed (opt r.job.mutant)
     (opt (Option.map Injection.to_string r.job.inject))
     (json_string outcome)
     (String.concat ", " (List.map json_string flagged))
+    r.seconds
 
 let write_json ?(declared = []) path ~driver ~seeds ~interrupted ~runs lines =
   mkdir_p (Filename.dirname path);
