@@ -49,10 +49,10 @@ Usage:
       (--inject FN:NTH:async@N).  Writes out/async-sweep/report.json.  Exit 1 on any failure.
   rig-conform list [--plugin PATH] [--driver NAME]
       The cases, the clauses each checks, and the mutants.
-  rig-cert is another name of rig-conform (make install).
   rig-conform bench [--report PATH]
       The validation layer's cost (wrapped vs bare, same workload), the wall time of a
       whole certification of each bundled driver at -j1 and -j2, and the sweeps' speed.
+  rig-cert is another name of rig-conform (make install).
 
 Options:
   --driver NAME     the driver to certify (default fake, the bundled one)
