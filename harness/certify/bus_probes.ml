@@ -6,7 +6,7 @@ open Rig_edge
 module Prim = Rig_edge_primitives
 
 let spf = Printf.sprintf
-let case name clause run = { Case.name; clauses = [ clause ]; run }
+let case = Probes.case
 
 module Bus (P : Package) = struct
   module K = Probes.Kit (P)

@@ -263,6 +263,12 @@ module Kit (P : Package) = struct
     | Raised e -> Other e
     | Late -> abandon s "%s: sleep ~seen:%d ~still_ms:%d did not return within %d ms" dev.oname seen still_ms bound_ms
 
+  (* [sleep], and how long it took, in milliseconds. *)
+  let timed_sleep s dev ~seen ~still_ms ~bound_ms =
+    let t0 = now () in
+    let outcome = sleep s dev ~seen ~still_ms ~bound_ms in
+    (outcome, (now () -. t0) *. 1000.)
+
   type waited = Reached | Timed_out of int | Fault_seen of string
 
   (* [wait_value s dev v ~ms] sleeps until the word reads at least [v]. *)
@@ -829,14 +835,16 @@ let time3_early_return (module P : Package) ~seed =
       let w = P.D.signaled dev.d in
       List.iter
         (fun seen ->
-          let t0 = now () in
-          let outcome = K.sleep s dev ~seen ~still_ms:2000 ~bound_ms:6000 in
-          let ms = (now () -. t0) *. 1000. in
+          let outcome, ms = K.timed_sleep s dev ~seen ~still_ms:2000 ~bound_ms:6000 in
           match outcome with
           | K.Returned | K.Faulted _ | K.Other _ ->
               if ms > 1000. then
                 K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms instead of returning at once" w seen ms)
         [ w - 1; w + 1 + K.int s 5 ])
+
+(* How late past still_ms a sleep may return on a loaded machine (TIME-4,
+   TIME-6). *)
+let sleep_slack_ms = 1000
 
 (* TIME-4: with work hanging, sleep returns (or raises Fault) by still_ms. *)
 let time4_bounded_sleep (module P : Package) ~seed =
@@ -852,10 +860,8 @@ let time4_bounded_sleep (module P : Package) ~seed =
         if k > 0 then begin
           let still = 30 + K.int s 70 in
           let w = P.D.signaled dev.d in
-          let t0 = now () in
-          let outcome = K.sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
-          let ms = (now () -. t0) *. 1000. in
-          if ms > float_of_int (still + 1000) then
+          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
+          if ms > float_of_int (still + sleep_slack_ms) then
             K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms" w still ms;
           match outcome with K.Faulted _ -> () | _ -> go (k - 1)
         end
@@ -907,10 +913,8 @@ let time6_sleep_during_submit (module P : Package) ~seed =
       let rounds = if held then 1 else 200 in
       (* A sleep too long with nothing else running is TIME-4's. *)
       let alone = 20 + K.int s 30 in
-      let t0 = now () in
-      ignore (K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:alone ~bound_ms:(alone + 5000));
-      let ms = (now () -. t0) *. 1000. in
-      if ms > float_of_int (alone + 1000) then
+      let _, ms = K.timed_sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:alone ~bound_ms:(alone + 5000) in
+      if ms > float_of_int (alone + sleep_slack_ms) then
         raise (Skip (spf "sleep ~still_ms:%d took %.0f ms with no submit running (TIME-4's probe judges that)" alone ms));
       let sleeping = Atomic.make false and submitting = Atomic.make false in
       let over = Atomic.make false and overlaps = Atomic.make 0 and failed = Atomic.make None in
@@ -937,12 +941,10 @@ let time6_sleep_during_submit (module P : Package) ~seed =
           let w = P.D.signaled dev.d in
           Atomic.set sleeping true;
           let during = Atomic.get submitting in
-          let t0 = now () in
-          let outcome = K.sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
-          let ms = (now () -. t0) *. 1000. in
+          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
           Atomic.set sleeping false;
           if during then Atomic.incr overlaps;
-          if ms > float_of_int (still + 1000) then
+          if ms > float_of_int (still + sleep_slack_ms) then
             K.flag s "sleep ~seen:%d ~still_ms:%d, called while another thread submitted and committed work, returned after %.0f ms"
               w still ms;
           match outcome with K.Faulted _ | K.Other _ -> () | K.Returned -> sleeps ()

@@ -39,6 +39,9 @@ val cases : Case.t list
 (** The driver lacks what the case needs: the case is Not_applicable. *)
 exception Skip of string
 
+(** [case name clause run]: a case that checks the one clause. *)
+val case : string -> string -> ((module Rig_edge.Package) -> seed:int -> Case.result) -> Case.t
+
 module Kit (P : Rig_edge.Package) : sig
   type dev = {
     id : int;
