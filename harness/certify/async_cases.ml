@@ -203,6 +203,9 @@ let cases =
 
 let is_async_case name = String.starts_with ~prefix name
 
+let flow_of name =
+  if is_async_case name then Some (String.sub name (String.length prefix) (String.length name - String.length prefix)) else None
+
 let points_of_census ~max_alloc calls =
   List.concat_map
     (fun (key, n) ->

@@ -29,6 +29,9 @@ val cases : Case.t list
     [FN:NTH:wait@N]). *)
 val is_async_case : string -> bool
 
+(** [flow_of name]: the rig flow (Scenarios) an async case runs. *)
+val flow_of : string -> string option
+
 (** [points_of_census ~max_alloc calls]: every injection point of a census
     (the CALLS lines of a plain run), allocations and waits, at most
     [max_alloc] of each per call. *)

@@ -309,8 +309,7 @@ let list_clauses (drv : Drivers.t) selected =
     (item "scratch" k.scratch) (item "bus function" k.bus_function) (item "bus agent" k.bus_agent);
   (* Cases that need the fake's knobs come out n/a for another driver. *)
   let knobs name =
-    let base = if String.starts_with ~prefix:"async." name then String.sub name 6 (String.length name - 6) else name in
-    Scenario_run.needs_fake name || List.exists (fun (n, _, fake) -> fake && n = base) Scenarios.flows
+    Scenario_run.needs_fake name || Scenarios.needs_fake (Option.value (Async_cases.flow_of name) ~default:name)
   in
   let mark name = if P.name <> Fake.name && knobs name then name ^ "(n/a)" else name in
   if P.name <> Fake.name then

@@ -442,6 +442,8 @@ type flow_outcome = {
   calls : (string * int) list;
 }
 
+let needs_fake name = List.exists (fun (n, _, fake) -> fake && n = name) table
+
 let run_flow (module P : Rig_edge.Package) name ~seed =
   (match List.find_opt (fun (n, _, _) -> n = name) table with
   | Some (_, _, true) -> fake_only (module P)

@@ -44,6 +44,10 @@ val cases : Case.t list
 (** The flows: name, clauses, whether they need the fake driver's knobs. *)
 val flows : (string * string list * bool) list
 
+(** Whether the flow (rig.NAME) needs the fake driver's knobs, so that it is
+    n/a for another driver. *)
+val needs_fake : string -> bool
+
 type flow_outcome = {
   raised : exn option;      (** what ended the flow early; every device was then closed *)
   own : Case.finding list;  (** the flow's own checks *)
