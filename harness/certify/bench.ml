@@ -42,17 +42,22 @@ let main args =
   let wrapped = best_of 3 (fun () -> Wrapped.run (V.opener fake0)) in
   Printf.printf "workload of %d alloc/write/submit/wait/free rounds: bare %.3f s, validated %.3f s, ratio %.2f\n%!"
     iterations bare wrapped (wrapped /. bare);
-  (* A whole certification of a bundled driver, as make certify and make
-     certify-hostmem run it (3 seeds; the fake's includes the sweep). *)
-  let certify ~driver ~args j =
-    let path = Filename.concat (Filename.dirname !report) (Printf.sprintf "certify-%s-j%d.json" driver j) in
+  (* Runs this program with [args], its report at [file] beside the bench's,
+     output dropped: (the report's path, exit code, wall seconds). *)
+  let timed_run ~file args =
+    let path = Filename.concat (Filename.dirname !report) file in
     let t0 = Unix.gettimeofday () in
     let code =
       Sys.command
-        (Printf.sprintf "%s certify %s -j %d --no-color --report %s > /dev/null 2>&1" (Filename.quote Sys.executable_name)
-           args j (Filename.quote path))
+        (Printf.sprintf "%s %s --no-color --report %s > /dev/null 2>&1" (Filename.quote Sys.executable_name) args
+           (Filename.quote path))
     in
-    let wall = Unix.gettimeofday () -. t0 in
+    (path, code, Unix.gettimeofday () -. t0)
+  in
+  (* A whole certification of a bundled driver, as make certify and make
+     certify-hostmem run it (3 seeds; the fake's includes the sweep). *)
+  let certify ~driver ~args j =
+    let _, code, wall = timed_run ~file:(Printf.sprintf "certify-%s-j%d.json" driver j) (Printf.sprintf "certify %s -j %d" args j) in
     Printf.printf "certify %s (3 seeds) -j %d: %.1f s, exit %d\n%!" driver j wall code;
     Printf.sprintf "{\"driver\": %s, \"jobs\": %d, \"wall_s\": %.2f, \"exit\": %d}" (Report.json_string driver) j wall code
   in
@@ -77,14 +82,7 @@ let main args =
   in
   (* One sweep command: its points, wall time, points per second. *)
   let swept ~label ~file args =
-    let path = Filename.concat (Filename.dirname !report) file in
-    let t0 = Unix.gettimeofday () in
-    let code =
-      Sys.command
-        (Printf.sprintf "%s %s --driver fake --no-color --report %s > /dev/null 2>&1" (Filename.quote Sys.executable_name)
-           args (Filename.quote path))
-    in
-    let wall = Unix.gettimeofday () -. t0 in
+    let path, code, wall = timed_run ~file (args ^ " --driver fake") in
     let points = injects path in
     Printf.printf "%s: %d points in %.1f s, %.0f points/s, exit %d\n%!" label (List.length points) wall
       (float (List.length points) /. wall) code;
