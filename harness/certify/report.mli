@@ -31,9 +31,11 @@ val print_table : color:bool -> line list -> unit
     and every run with its outcome (so that shards' reports can be joined). *)
 val write_json :
   ?declared:(string * bool) list ->
+  ?load_error:string ->
   string -> driver:string -> seeds:int list -> interrupted:bool -> runs:Runner.result list -> line list -> unit
 (** [declared]: what the driver's kit offers (each item, present or not), so
-    that a reader sees why a clause came out n/a. *)
+    that a reader sees why a clause came out n/a.  [load_error]: how the
+    driver's plugin failed to load, when it did (every clause then fails). *)
 
 (** JSON string literal of a string. *)
 val json_string : string -> string
