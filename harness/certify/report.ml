@@ -18,8 +18,10 @@ let against (c : Catalog.clause) (r : Runner.result) =
           else None)
         fs
   | Crashed how when checks c r.job.case -> Some (Printf.sprintf "case %s crashed: %s" r.job.case.name how)
-  | Timed_out s when checks c r.job.case ->
-      Some (Printf.sprintf "case %s did not end within %.0f s and was killed" r.job.case.name s)
+  | Timed_out { limit; running } when checks c r.job.case ->
+      Some
+        (Printf.sprintf "case %s did not end within %.0f s%s and was killed" r.job.case.name limit
+           (match running with Some w -> " (" ^ w ^ ")" | None -> ""))
   | _ -> None
 
 (* Every clause of the catalog has a case now; a clause added to the
@@ -150,7 +152,7 @@ let run_json (r : Runner.result) =
     (String.concat ", " (List.map json_string flagged))
     r.seconds
 
-let write_json ?(declared = []) path ~driver ~seeds ~interrupted ~runs lines =
+let write_json ?(declared = []) ?load_error path ~driver ~seeds ~interrupted ~runs lines =
   mkdir_p (Filename.dirname path);
   let clause l =
     Printf.sprintf "    {\"id\": %s, \"side\": %s, \"verdict\": %s, \"evidence\": %s%s}" (json_string l.clause.id)
@@ -162,11 +164,12 @@ let write_json ?(declared = []) path ~driver ~seeds ~interrupted ~runs lines =
   let tmp = path ^ ".tmp" in
   Out_channel.with_open_bin tmp (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"declared\": {%s},\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"clauses\": [\n%s\n  ],\n  \"runs\": [\n%s\n  ]\n}\n"
+        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"declared\": {%s},\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"load_error\": %s,\n  \"clauses\": [\n%s\n  ],\n  \"runs\": [\n%s\n  ]\n}\n"
         (json_string driver)
         (String.concat ", " (List.map (fun (k, v) -> Printf.sprintf "%s: %b" (json_string k) v) declared))
         (String.concat ", " (List.map string_of_int seeds))
         interrupted
+        (match load_error with Some e -> json_string e | None -> "null")
         (String.concat ",\n" (List.map clause lines))
         (String.concat ",\n" (List.map run_json runs)));
   Sys.rename tmp path

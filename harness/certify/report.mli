@@ -37,9 +37,11 @@ val for_terminal : ?max:int -> string -> string
     and every run with its outcome (so that shards' reports can be joined). *)
 val write_json :
   ?declared:(string * bool) list ->
+  ?load_error:string ->
   string -> driver:string -> seeds:int list -> interrupted:bool -> runs:Runner.result list -> line list -> unit
 (** [declared]: what the driver's kit offers (each item, present or not), so
-    that a reader sees why a clause came out n/a. *)
+    that a reader sees why a clause came out n/a.  [load_error]: how the
+    driver's plugin failed to load, when it did (every clause then fails). *)
 
 (** JSON string literal of any bytes, valid UTF-8 JSON: each maximal
     invalid subpart of ill-formed UTF-8 ({!Safe_text}) is one [\ufffd];
