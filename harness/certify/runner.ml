@@ -139,7 +139,7 @@ let outcome_of j c ended records =
       (* After its end: a sanitizer's report at exit (LeakSanitizer), an
          exit handler that failed. *)
       Crashed (Printf.sprintf "%s after its end%s" what rest)
-  | _ -> Crashed (Printf.sprintf "%s before its end%s%s" what where rest)
+  | _ -> Crashed (Printf.sprintf "%s%s, before its end%s" what where rest)
 
 (* A batch: jobs alike but for their injection, run one after another in one
    child ([run] with several --inject).  A point whose records have no DONE
