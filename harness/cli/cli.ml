@@ -146,6 +146,16 @@ let parse_opts args ~allowed =
       junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None; out = None }
   in
   let is_flag s = String.length s > 0 && s.[0] = '-' in
+  (* A flag given twice with other values, or --seed with --seeds: which one
+     was meant is not ours to guess. *)
+  let given = Hashtbl.create 8 in
+  let once flag v =
+    (match Hashtbl.find_opt given flag with
+    | Some w when w <> v -> usage_error "%s given twice (%S and %S): give it once" flag w v
+    | _ -> ());
+    Hashtbl.replace given flag v;
+    if Hashtbl.mem given "--seed" && Hashtbl.mem given "--seeds" then usage_error "--seed and --seeds: give one of them"
+  in
   let rec go = function
     | [] -> ()
     | ("-h" | "--help") :: _ -> print_string help; exit 0
@@ -164,10 +174,12 @@ let parse_opts args ~allowed =
         if ids = [] then usage_error "--only %S names no clause (give IDs or globs: STOP-*,CNT-1)" v;
         o.only <- o.only @ List.map String.trim ids; go rest
     | "--seeds" :: v :: rest ->
+        once "--seeds" v;
         let n = positive "--seeds" v in
         if n > max_seeds then usage_error "--seeds %d: at most %d seeds" n max_seeds;
         o.seeds <- List.init n (fun i -> i + 1); go rest
     | "--seed" :: v :: rest ->
+        once "--seed" v;
         (match int_of_string_opt v with Some n -> o.seeds <- [ n ] | None -> usage_error "--seed wants an integer, not %S" v);
         go rest
     | "-j" :: v :: rest ->
@@ -179,10 +191,10 @@ let parse_opts args ~allowed =
         | Some s when s > 0. && Float.is_finite s && s <= 86400. -> o.timeout <- Some s
         | _ -> usage_error "--timeout wants a number of seconds above 0 and at most 86400, not %S" v);
         go rest
-    | "--report" :: v :: rest -> o.report <- Some (path_arg "--report" v); go rest
-    | "--junit" :: v :: rest -> o.junit <- Some (path_arg "--junit" v); go rest
-    | "--markdown" :: v :: rest -> o.markdown <- Some (path_arg "--markdown" v); go rest
-    | "--out" :: v :: rest -> o.out <- Some (path_arg "--out" v); go rest
+    | "--report" :: v :: rest -> once "--report" v; o.report <- Some (path_arg "--report" v); go rest
+    | "--junit" :: v :: rest -> once "--junit" v; o.junit <- Some (path_arg "--junit" v); go rest
+    | "--markdown" :: v :: rest -> once "--markdown" v; o.markdown <- Some (path_arg "--markdown" v); go rest
+    | "--out" :: v :: rest -> once "--out" v; o.out <- Some (path_arg "--out" v); go rest
     | "--case" :: v :: rest -> o.case <- Some v; go rest
     | "--mutant" :: v :: rest -> o.mutant <- Some v; go rest
     | "--inject" :: v :: rest ->

@@ -16,7 +16,7 @@ let list_clauses (drv : Drivers.info) selected =
   List.iter
     (fun (c : Catalog.clause) ->
       let mine = List.filter (fun (case : Case.t) -> List.mem c.id case.clauses) (Known_cases.all_cases ()) in
-      let names = List.map (fun (case : Case.t) -> mark case.name) mine in
+      let names = List.map (fun (case : Case.t) -> Report.for_terminal (mark case.name)) mine in
       Printf.printf "%-8s %-6s %s\n" c.id c.side
         (if mine = [] then "unchecked: " ^ Report.why_unchecked c.id else String.concat " " names))
     selected

@@ -4,7 +4,7 @@ let main args =
   let o = Cli.parse_opts args ~allowed:[ "--driver"; "--plugin" ] in
   let drv = Session.driver_info_or_exit o in
   print_endline "cases:";
-  List.iter (fun (c : Case.t) -> Printf.printf "  %-32s %s\n" c.name (String.concat " " c.clauses)) (Known_cases.all_cases ());
+  List.iter (fun (c : Case.t) -> Printf.printf "  %-32s %s\n" (Report.for_terminal c.name) (String.concat " " c.clauses)) (Known_cases.all_cases ());
   print_endline "mutants of the reference rig:";
   List.iter
     (fun (n, c, w) ->

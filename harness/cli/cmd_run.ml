@@ -53,7 +53,9 @@ let run args =
           | None -> (Wait, Option.get (Injection.wait_at i))
         in
         Async_inject.target := Some { Async_inject.fn = i.fn; nth = i.nth; at; on }
-    | Some i, Some inject -> Case.injecting := true; inject i
+    | Some i, Some inject -> (
+        Case.injecting := true;
+        try inject i with Invalid_argument why -> Cli.usage_error "--inject %s: %s" (Injection.to_string i) why)
     | Some _, None -> Cli.usage_error "driver %S has no fault injection" o.driver
   in
   let job inject = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject } in

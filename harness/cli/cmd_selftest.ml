@@ -6,6 +6,7 @@ let main args =
   let drv = Session.driver_info_or_exit o in
   let seeds = if o.seeds = [] then List.init 20 (fun i -> i + 1) else o.seeds in
   let report = Option.value o.report ~default:"out/selftest/report.json" in
+  Cli.writable_or_exit ~what:"report" report;
   let mutants =
     List.map (fun (n, c, w) -> (n, c, w, "rig")) Rig_mutant.all
     @ List.map (fun (n, c, w) -> (n, c, w, "edge")) Rig_edge_primitives.Mutant.all

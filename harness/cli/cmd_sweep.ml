@@ -8,6 +8,7 @@ let sweep args =
   let drv = Session.driver_info_or_exit o in
   if not drv.fault_injection then Cli.usage_error "driver %S has no fault injection to sweep with" o.driver;
   let report = Option.value o.report ~default:"out/sweep/report.json" in
+  Cli.writable_or_exit ~what:"report" report;
   let selected =
     if o.only = [] then Catalog.all
     else match Catalog.select o.only with Ok l -> l | Error p -> Cli.usage_error "--only: %S names no clause of the catalog" p
@@ -34,6 +35,7 @@ let async_sweep args =
   in
   ignore (Session.driver_info_or_exit o);
   let report = Option.value o.report ~default:"out/async-sweep/report.json" in
+  Cli.writable_or_exit ~what:"report" report;
   let cases =
     match o.case with
     | None -> Async_cases.cases

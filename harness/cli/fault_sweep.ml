@@ -60,7 +60,7 @@ let report_sweep (o : Cli.opts) ~cases ~selected ~report results =
             Printf.sprintf "killed after %.0f s%s" limit (match running with Some w -> " " ^ w | None -> "")
         | Not_applicable _ -> ""
       in
-      Printf.printf "FAIL %s\n     replay: %s\n" what (Runner.replay r.job))
+      Printf.printf "FAIL %s\n     replay: %s\n" (Report.for_terminal what) (Report.for_terminal (Runner.replay r.job)))
     failures;
   Report.print_table ~color:o.color (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
   Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:(Session.interrupted () <> None) ~runs:results lines;
