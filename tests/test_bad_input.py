@@ -7,12 +7,9 @@ no "certifying driver" line and no progress line, no report file (the
 given paths, and nothing under the working directory, a fresh folder).  The
 subprocess timeout only keeps a hang from hanging the suite.
 
-Tests marked `# main.ml` need a fix in the command line (main.ml before
-e4bee92, harness/cli/ since; drivers.ml, runner.ml), not in the scenario
-loader or the reports: `# main.ml, open` ones still fail on main as of
-e4bee92, `# main.ml, fixed` ones failed before it and pass since.  The
-others hold with the loader (Scenario_syntax, Scenario_run) and the reports
-(Report) of this branch.
+Tests marked `# main.ml` are refusals of the command line (harness/cli/;
+drivers.ml, runner.ml); the others of the scenario loader (Scenario_syntax,
+Scenario_run) and the reports (Report).
 """
 
 import json
@@ -112,7 +109,7 @@ def _unwritable(tmp_path):
 
 @pytest.mark.parametrize("flag", ["--report", "--junit", "--markdown"])
 @pytest.mark.parametrize("where", ["proc", "directory", "under-a-file"])
-def test_unwritable_report_path_is_refused_before_the_run(tmp_path, work, flag, where):  # main.ml, fixed
+def test_unwritable_report_path_is_refused_before_the_run(tmp_path, work, flag, where):  # main.ml
     bad = _unwritable(tmp_path)[where]
     json_report = tmp_path / "r.json"
     args = ["certify", *QUICK]
@@ -124,7 +121,7 @@ def test_unwritable_report_path_is_refused_before_the_run(tmp_path, work, flag, 
     _refused(proc, [bad, "report"], work, reports=[json_report, tmp_path / "r.xml", tmp_path / "r.md"])
 
 
-def test_unwritable_sweep_report_is_refused_before_the_run(work):  # main.ml, open: cmd_sweep: not checked yet
+def test_unwritable_sweep_report_is_refused_before_the_run(work):  # main.ml
     proc = _run(["sweep", "--only", "EXC-1", "--shard", "1/50", "--report", "/proc/x/s.json"], work, timeout=RUN_GUARD)
     _refused(proc, ["/proc/x/s.json", "report"], work)
 
@@ -133,11 +130,11 @@ def test_unwritable_sweep_report_is_refused_before_the_run(work):  # main.ml, op
 # empty and missing values
 
 
-def test_empty_last_argument(work):  # main.ml, fixed; before: Invalid_argument("index out of bounds")
+def test_empty_last_argument(work):  # main.ml; before: Invalid_argument("index out of bounds")
     _refused(_run(["certify", ""], work), [], work)
 
 
-def test_empty_argument_in_the_middle(work):  # main.ml, fixed
+def test_empty_argument_in_the_middle(work):  # main.ml
     _refused(_run(["certify", "", "--list"], work), [], work)
 
 
@@ -145,14 +142,14 @@ def test_flag_without_value(work):
     _refused(_run(["certify", "--only"], work), ["--only"], work)
 
 
-def test_empty_report_path(tmp_path, work):  # main.ml, fixed; before: accepted, the run writes ".tmp" files
+def test_empty_report_path(tmp_path, work):  # main.ml; before: accepted, the run writes ".tmp" files
     proc = _run(["certify", *QUICK, "--report", ""], work, timeout=RUN_GUARD)
     _refused(proc, ["--report"], work)
     assert not any(work.iterdir()), f"files written in {work}: {list(work.iterdir())}"
 
 
 @pytest.mark.parametrize("only", ["", ",", ",,", " "])
-def test_only_that_names_no_clause(work, only):  # main.ml, fixed; before: '' and ',' select every clause
+def test_only_that_names_no_clause(work, only):  # main.ml; before: '' and ',' select every clause
     proc = _run(["certify", "--only", only, "--list"], work)
     _refused(proc, ["--only", "names no clause"], work)
 
@@ -166,14 +163,14 @@ def test_only_unknown_clause(tmp_path, work):
 # numbers out of range
 
 
-def test_seeds_a_billion_is_refused_with_its_bound(tmp_path, work):  # main.ml, fixed; before: List.init 1e9
+def test_seeds_a_billion_is_refused_with_its_bound(tmp_path, work):  # main.ml; before: List.init 1e9
     # The memory cap keeps a billion-element list, were it built, from taking the machine.
     proc = _run(["certify", "--seeds", "1000000000", *QUICK[:2], "--report", tmp_path / "r.json"], work,
                 memory_cap=MEMORY_CAP)
     _refused(proc, ["--seeds", "10000"], work, reports=[tmp_path / "r.json"])
 
 
-def test_seeds_just_over_the_bound(work):  # main.ml, fixed
+def test_seeds_just_over_the_bound(work):  # main.ml
     _refused(_run(["certify", "--seeds", "10001", "--list"], work), ["--seeds", "10000"], work)
 
 
@@ -205,7 +202,7 @@ def test_bad_numbers(tmp_path, work, args, needle):
 
 
 @pytest.mark.parametrize("value", ["inf", "infinity", "-inf"])
-def test_timeout_infinite(tmp_path, work, value):  # main.ml, fixed; before: "inf" is accepted (no limit at all)
+def test_timeout_infinite(tmp_path, work, value):  # main.ml; before: "inf" is accepted (no limit at all)
     proc = _run(["certify", "--timeout", value, "--list"], work)
     _refused(proc, ["--timeout"], work)
 
@@ -214,13 +211,13 @@ def test_timeout_infinite(tmp_path, work, value):  # main.ml, fixed; before: "in
 # conflicting flags
 
 
-def test_seeds_and_seed_together(tmp_path, work):  # main.ml, open; today the last one wins silently
+def test_seeds_and_seed_together(tmp_path, work):  # main.ml
     proc = _run(["certify", "--only", "CNT-1", "--no-sweep", "--seeds", "2", "--seed", "5",
                  "--report", tmp_path / "r.json"], work, timeout=RUN_GUARD)
     _refused(proc, ["--seed"], work, reports=[tmp_path / "r.json"])
 
 
-def test_two_different_reports(tmp_path, work):  # main.ml, open; today the last one wins silently
+def test_two_different_reports(tmp_path, work):  # main.ml
     proc = _run(["certify", *QUICK, "--report", tmp_path / "a.json", "--report", tmp_path / "b.json"], work,
                 timeout=RUN_GUARD)
     _refused(proc, ["--report"], work, reports=[tmp_path / "a.json", tmp_path / "b.json"])
@@ -258,7 +255,7 @@ KINDS = ["fifo", "dev-zero", "directory", "huge"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_help_works_whatever_the_scenario_folder(tmp_path, work, kind):  # main.ml, fixed: scenarios loaded lazily
+def test_help_works_whatever_the_scenario_folder(tmp_path, work, kind):  # main.ml: scenarios loaded lazily
     d = _scenarios(tmp_path)
     _hostile_entry(d, kind)
     proc = _run(["--help"], work, env={"RIG_CONFORM_SCENARIOS": str(d)})
@@ -370,7 +367,7 @@ def test_reports_stay_valid_whatever_a_file_name_holds(tmp_path, work):
 
 
 @pytest.mark.parametrize("kind", ["missing", "regular-file"])
-def test_unusable_tmpdir(tmp_path, work, kind):  # main.ml, fixed
+def test_unusable_tmpdir(tmp_path, work, kind):  # main.ml
     if kind == "missing":
         tmpdir = "/nonexistent"
     else:
@@ -402,7 +399,7 @@ def test_plugin_that_is_a_directory(tmp_path, work):
     _refused(_run(["certify", "--plugin", p, "--list"], work), [str(p)], work)
 
 
-def test_plugin_that_registers_no_driver(tmp_path, work):  # main.ml, fixed; before: accepted silently
+def test_plugin_that_registers_no_driver(tmp_path, work):  # main.ml; before: accepted silently
     assert NO_DRIVER_PLUGIN.is_file(), f"{NO_DRIVER_PLUGIN} is not built (make build)"
     report = tmp_path / "r.json"
     proc = _run(["certify", "--plugin", NO_DRIVER_PLUGIN, *QUICK, "--report", report], work, timeout=RUN_GUARD)
@@ -424,14 +421,14 @@ def test_run_with_a_bad_inject(work, inject):
     assert "DONE" not in _text(proc.stdout).splitlines()
 
 
-def test_run_injecting_a_function_that_is_no_driver_call(work):  # main.ml, open: or Injection.of_string
+def test_run_injecting_a_function_that_is_no_driver_call(work):  # main.ml
     # Today Fake.inject raises Invalid_argument, uncaught: a backtrace, exit 2.
     proc = _run(["run", "--case", "rig.lifecycle", "--seed", "1", "--inject", "nofn:1:fault"], work)
     _refused(proc, ["--inject", "nofn"], work)
 
 
 @pytest.mark.parametrize("command", [["list"], ["certify", "--list", "--only", "CNT-1"]], ids=["list", "certify-list"])
-def test_listing_a_hostile_file_name_keeps_the_terminal_safe(tmp_path, work, command):  # main.ml, open: cmd_list, cmd_certify
+def test_listing_a_hostile_file_name_keeps_the_terminal_safe(tmp_path, work, command):  # main.ml
     d = tmp_path / "scn"
     d.mkdir()
     with open(os.fsencode(d) + b"/" + HOSTILE_NAME, "wb") as f:
