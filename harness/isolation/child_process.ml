@@ -25,6 +25,7 @@ type t = {
   reader : Channel.reader;
   output : output;
   mutable open_ : bool;
+  mutable at_end : Unix.file_descr list;  (* pipes whose writers are all gone *)
   mutable flight : (int * string list) list;
 }
 
@@ -47,9 +48,10 @@ let spawn ~prog ~args =
   Unix.set_nonblock out_r;
   Unix.set_nonblock chan_r;
   { pid; out = out_r; chan = chan_r; calls; reader = Channel.reader ~token;
-    output = { head = Buffer.create 1024; tail = ""; total = 0 }; open_ = true; flight = [] }
+    output = { head = Buffer.create 1024; tail = ""; total = 0 }; open_ = true; at_end = []; flight = [] }
 
-let descriptors c = if c.open_ then [ c.out; c.chan ] else []
+(* A pipe at its end would wake every select at once: left out. *)
+let descriptors c = if c.open_ then List.filter (fun fd -> not (List.memq fd c.at_end)) [ c.out; c.chan ] else []
 
 let add_output o s =
   o.total <- o.total + String.length s;
@@ -71,21 +73,21 @@ let buf = Bytes.create 65536
 
 (* Reads until the pipe is empty for now (or a bound, so that a child that
    floods cannot hold the certifier here). *)
-let read_some fd consume =
+let read_some c fd consume =
   let rec go budget =
     if budget > 0 then
       match Unix.read fd buf 0 (Bytes.length buf) with
-      | 0 -> ()
+      | 0 -> if not (List.memq fd c.at_end) then c.at_end <- fd :: c.at_end
       | n -> consume (Bytes.sub_string buf 0 n); go (budget - 1)
       | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
-      | exception Unix.Unix_error _ -> ()
+      | exception Unix.Unix_error _ -> if not (List.memq fd c.at_end) then c.at_end <- fd :: c.at_end
   in
   go 64
 
 let drain c =
   if c.open_ then begin
-    read_some c.out (add_output c.output);
-    read_some c.chan (Channel.feed c.reader)
+    read_some c c.out (add_output c.output);
+    read_some c c.chan (Channel.feed c.reader)
   end
 
 let of_poll = function
