@@ -180,12 +180,8 @@ let scenario_files =
   | Ok dir -> ( match Scenario_run.load dir with Ok cases -> cases | Error why -> usage_error "scenario %s" why)
 
 (* The rig-side cases: what a sweep injects failures into. *)
-let rig_cases = Scenarios.cases @ scenario_files
-let all_cases =
-  Probes.cases @ Bus_probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Mask_probes.cases @ Order_probes.cases
-  @ Edge_checks.cases
-  @ rig_cases
-  @ Async_cases.cases
+let rig_cases = Registry.rig_flow_cases @ scenario_files
+let all_cases = Registry.probe_cases @ rig_cases @ Registry.async_cases
 
 (* Cases that check at least one of the clauses. *)
 let cases_for (clauses : Catalog.clause list) =
@@ -309,7 +305,7 @@ let list_clauses (drv : Drivers.t) selected =
     (item "scratch" k.scratch) (item "bus function" k.bus_function) (item "bus agent" k.bus_agent);
   (* Cases that need the fake's knobs come out n/a for another driver. *)
   let knobs name =
-    Scenario_run.needs_fake name || Scenarios.needs_fake (Option.value (Async_cases.flow_of name) ~default:name)
+    Scenario_run.needs_fake name || Registry.needs_fake name
   in
   let mark name = if P.name <> Fake.name && knobs name then name ^ "(n/a)" else name in
   if P.name <> Fake.name then
@@ -577,9 +573,9 @@ let async_sweep args =
   let report = Option.value o.report ~default:"out/async-sweep/report.json" in
   let cases =
     match o.case with
-    | None -> Async_cases.cases
+    | None -> Registry.async_cases
     | Some n -> (
-        match List.filter (fun (c : Case.t) -> c.name = n || c.name = "async." ^ n) Async_cases.cases with
+        match List.filter (fun (c : Case.t) -> c.name = n || c.name = "async." ^ n) Registry.async_cases with
         | [] -> usage_error "no async case %S (see rig-conform list)" n
         | l -> l)
   in
