@@ -1,7 +1,7 @@
 (* The one table of the OCaml cases; see registry.mli. *)
 
 let probe_cases =
-  Probes.cases @ Bus_probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Mask_probes.cases
+  Mem_probes.cases @ Code_probes.cases @ Time_probes.cases @ Stop_probes.cases @ Bus_probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Mask_probes.cases
   @ Order_probes.cases @ Edge_checks.cases
 
 let rig_flow_cases = Scenarios.cases
