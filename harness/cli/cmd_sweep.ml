@@ -38,9 +38,9 @@ let async_sweep args =
   Cli.writable_or_exit ~what:"report" report;
   let cases =
     match o.case with
-    | None -> Async_cases.cases
+    | None -> Registry.async_cases
     | Some n -> (
-        match List.filter (fun (c : Case.t) -> c.name = n || c.name = "async." ^ n) Async_cases.cases with
+        match List.filter (fun (c : Case.t) -> c.name = n || c.name = "async." ^ n) Registry.async_cases with
         | [] -> Cli.usage_error "no async case %S (see rig-conform list)" n
         | l -> l)
   in

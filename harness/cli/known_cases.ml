@@ -7,17 +7,13 @@ let scenario_files =
     | Error why -> Cli.usage_error "%s" why
     | Ok dir -> ( match Scenario_run.load dir with Ok cases -> cases | Error why -> Cli.usage_error "scenario %s" why))
 
-let rig_cases () = Scenarios.cases @ Lazy.force scenario_files
-
-let all_cases () =
-  Probes.cases @ Bus_probes.cases @ Queue_probes.cases @ Word_probes.cases @ Lock_probes.cases @ Mask_probes.cases
-  @ Order_probes.cases @ Edge_checks.cases @ rig_cases () @ Async_cases.cases
+let rig_cases () = Registry.rig_flow_cases @ Lazy.force scenario_files
+let all_cases () = Registry.probe_cases @ rig_cases () @ Registry.async_cases
 
 let checks_any clauses (c : Case.t) = List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) clauses
 let cases_for clauses = List.filter (checks_any clauses) (all_cases ())
 let rig_cases_of clauses = List.filter (checks_any clauses) (rig_cases ())
 
-let needs_fake name =
-  Scenario_run.needs_fake name || Scenarios.needs_fake (Option.value (Async_cases.flow_of name) ~default:name)
+let needs_fake name = Scenario_run.needs_fake name || Registry.needs_fake name
 
 let limit ~timeout name = match timeout with Some t -> t | None -> Case_limits.limit name
