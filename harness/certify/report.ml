@@ -8,6 +8,16 @@ type line = { clause : Catalog.clause; verdict : verdict; evidence : string; rep
 
 let checks (c : Catalog.clause) (case : Case.t) = List.mem c.id case.clauses
 
+(* The clause that bounds a call, for a call that never returned: a
+   hanging sleep is TIME-4's, a hanging stop STOP-2's, whatever the case
+   checked.  A hang of another function fails the clauses of its case. *)
+let clause_of_hang = function
+  | "sleep" -> Some "TIME-4"
+  | "stop" -> Some "STOP-2"
+  | "signaled" -> Some "TIME-1"
+  | "locate" | "peer" -> Some "LOCK-6"
+  | _ -> None
+
 (* What a result says against a clause, if anything. *)
 let against (c : Catalog.clause) (r : Runner.result) =
   match r.outcome with
@@ -22,7 +32,23 @@ let against (c : Catalog.clause) (r : Runner.result) =
       Some
         (Printf.sprintf "case %s did not end within %.0f s%s and was killed" r.job.case.name limit
            (match running with Some w -> " (" ^ w ^ ")" | None -> ""))
+  | Hung { fn; seconds } when (match clause_of_hang fn with Some k -> k = c.id | None -> checks c r.job.case) ->
+      Some
+        (Printf.sprintf "%s did not return within %.0f s (case %s, seed %d)" fn seconds r.job.case.name r.job.seed)
   | _ -> None
+
+(* A run that could not reach its end for a hang that is another clause's:
+   it passes none of its case's clauses. *)
+let blocked (c : Catalog.clause) (r : Runner.result) =
+  if not (checks c r.job.case) then None
+  else
+    match r.outcome with
+    | Hung { fn; _ } when clause_of_hang fn <> None && clause_of_hang fn <> Some c.id ->
+        Some (Printf.sprintf "blocked: %s did not return in case %s (%s)" fn r.job.case.name
+                (Option.get (clause_of_hang fn)))
+    | Blocked { fn; first } ->
+        Some (Printf.sprintf "blocked: %s did not return in case %s, as it had not before (%s)" fn r.job.case.name first)
+    | _ -> None
 
 (* Every clause of the catalog has a case now; a clause added to the
    catalog without one is said to be unchecked, never passed. *)
@@ -40,6 +66,9 @@ let verdicts ~cases ~selected results =
         match List.find_map (fun r -> Option.map (fun e -> (e, r)) (against c r)) results with
         | Some (evidence, r) -> line Fail evidence (Some (Runner.replay r.job))
         | None -> (
+            match List.find_map (blocked c) results with
+            | Some why -> line Unchecked why None
+            | None ->
             let ran = List.filter (fun (r : Runner.result) -> checks c r.job.case) results in
             let applicable = List.filter (fun (r : Runner.result) -> match r.outcome with Not_applicable _ -> false | _ -> true) ran in
             match (ran, applicable) with
@@ -142,6 +171,8 @@ let run_json (r : Runner.result) =
     | Not_applicable _ -> ("n/a", [])
     | Crashed _ -> ("crash", r.job.case.clauses)
     | Timed_out _ -> ("timeout", r.job.case.clauses)
+    | Hung { fn; _ } -> ("hang", match clause_of_hang fn with Some k -> [ k ] | None -> r.job.case.clauses)
+    | Blocked _ -> ("blocked", [])
   in
   let opt = function Some s -> json_string s | None -> "null" in
   Printf.sprintf

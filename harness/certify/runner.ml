@@ -18,6 +18,8 @@ type outcome =
   | Not_applicable of string
   | Crashed of string
   | Timed_out of { limit : float; running : string option }
+  | Hung of { fn : string; seconds : float }
+  | Blocked of { fn : string; first : string }
 
 type result = { job : job; outcome : outcome; calls : (string * int) list; seconds : float }
 
@@ -162,7 +164,39 @@ let batches ~size jobs =
   in
   go [] [] jobs
 
-type running = { rjobs : (int * job) list; child : Child_process.t; started : float; deadline : float; limit : float }
+type running = {
+  rjobs : (int * job) list;
+  child : Child_process.t;
+  started : float;
+  deadline : float;
+  limit : float;
+  mutable watched : float;  (* when its calls in flight were last looked at *)
+}
+
+(* The functions the document bounds (sleep by still_ms, which rig keeps
+   under its hang bound; a stop that must not wait; calls that must not
+   block) get less than the probes' own bound of 6 s, so that the first hang
+   is seen here and every later one costs a second; the others (make, image,
+   alloc: a real device may take seconds) get more. *)
+let call_limit = function "sleep" | "stop" | "signaled" | "locate" | "peer" -> 5. | _ -> 30.
+let known_hang_limit = 1.
+
+(* The functions that hung, per driver (plugins) and mutant: the replay line
+   of the run where each hung first. *)
+let hangs : (string * string list * string option * string, string) Hashtbl.t = Hashtbl.create 8
+let hang_key j fn = (j.driver, j.plugins, j.mutant, fn)
+
+(* Whether a call in flight has overstayed: [Some outcome] to end the run. *)
+let overstayed j c =
+  List.find_map
+    (fun (_, calls) ->
+      List.find_map
+        (fun (fn, s) ->
+          match Hashtbl.find_opt hangs (hang_key j fn) with
+          | Some first when s > known_hang_limit -> Some (Blocked { fn; first })
+          | _ -> if s > call_limit fn then Some (Hung { fn; seconds = s }) else None)
+        calls)
+    (Child_process.in_flight c)
 
 (* Every child started, so that a stop signal one of them (or what it
    started) sends is known for what it is. *)
@@ -186,21 +220,28 @@ let spawn ~limit batch =
   in
   let limit = List.fold_left (fun a (_, j) -> a +. limit j) 0. batch in
   let now = Unix.gettimeofday () in
-  { rjobs = batch; child = spawn_args args; started = now; deadline = now +. limit; limit }
+  { rjobs = batch; child = spawn_args args; started = now; deadline = now +. limit; limit; watched = now }
 
 (* The results of an ended (or killed) child, and the jobs of a batch that
    must run again alone. *)
-let collect r ended ~timed_out =
+let collect ?overstay r ended ~timed_out =
   let c = r.child in
   let records = Child_process.records c in
   let seconds = Unix.gettimeofday () -. r.started in
   match r.rjobs with
   | [ (i, j) ] ->
       let outcome =
-        if timed_out then Timed_out { limit = r.limit; running = Call_trace.describe (Child_process.in_flight c) }
-        else outcome_of j c ended records
+        match overstay with
+        | Some o -> o
+        | None when timed_out -> Timed_out { limit = r.limit; running = Call_trace.describe (Child_process.in_flight c) }
+        | None -> outcome_of j c ended records
       in
+      (match outcome with
+      | Hung { fn; _ } when not (Hashtbl.mem hangs (hang_key j fn)) ->
+          Hashtbl.replace hangs (hang_key j fn) (Printf.sprintf "case %s, seed %d" j.case.name j.seed)
+      | _ -> ());
       ([ (i, { job = j; outcome; calls = calls_of records; seconds }) ], [])
+  | batch when overstay <> None -> ([], batch)
   | batch when (match ended with Some (Exited (0 | 1)) -> false | _ -> true) && not timed_out ->
       (* The batch failed after its points (at exit, say): each point again
          alone, so that the one to blame has its own verdict. *)
@@ -236,7 +277,8 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
   let finish (i, res) =
     results.(i) <- Some res;
     (match res.outcome with
-    | Timed_out _ when res.job.inject = None -> Hashtbl.replace timed_out_cases (res.job.case.name, res.job.mutant) ()
+    | (Timed_out _ | Hung _ | Blocked _) when res.job.inject = None ->
+        Hashtbl.replace timed_out_cases (res.job.case.name, res.job.mutant) ()
     | _ -> ());
     incr finished;
     progress !finished res.job
@@ -287,7 +329,17 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
               ignore (Child_process.finish r.child);
               ended_any := true;
               settle (collect r None ~timed_out:true)
-          | None -> still := r :: !still)
+          | None -> (
+              (* The calls in flight, a few times a second: cheap enough. *)
+              let now = Unix.gettimeofday () in
+              let look = now -. r.watched > 0.1 in
+              if look then r.watched <- now;
+              match if look then overstayed (snd (List.hd r.rjobs)) r.child else None with
+              | Some o ->
+                  ignore (Child_process.finish r.child);
+                  ended_any := true;
+                  settle (collect ~overstay:o r None ~timed_out:false)
+              | None -> still := r :: !still))
         !running;
       running := List.rev !still;
       if !ended_any then end_strays !running

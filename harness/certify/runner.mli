@@ -20,6 +20,13 @@ type outcome =
   | Crashed of string              (** how it died, the driver call it was in, its last output *)
   | Timed_out of { limit : float; running : string option }
       (** killed at its limit (seconds); [running]: the driver calls in flight then *)
+  | Hung of { fn : string; seconds : float }
+      (** killed when the driver call [fn] had been in flight [seconds]: past
+          {!call_limit}, longer than any call of a conforming driver takes *)
+  | Blocked of { fn : string; first : string }
+      (** killed when [fn], which had already hung in the run [first] ("case
+          C, seed S"), had been in flight past {!known_hang_limit}: the case
+          could not run to its end, and says nothing of its clauses *)
 
 type result = {
   job : job;
@@ -41,7 +48,14 @@ val run_args : job -> string list
     stop signal), running children are killed and the results of the jobs
     that had ended answered (crashes and timeouts included).  A case that
     ran past its limit on one seed is not run on its other seeds (it fails
-    already; another seed would only wait as long again).
+    already; another seed would only wait as long again), nor is one that
+    hung or was blocked.
+
+    While a child runs, the driver calls in flight are watched (Call_trace):
+    a call in flight past its {!call_limit} ends the run as [Hung]; a function
+    that hung once is then given {!known_hang_limit} in later runs of the
+    same driver and mutant, which end as [Blocked] (a stop that never
+    returns costs one wait of its [call_limit], not one per case).
 
     [batch j] (default 1): up to how many jobs alike to [j] but for their
     failure injection (consecutive in [jobs]; not asynchronous points) one
@@ -55,6 +69,16 @@ val run_args : job -> string list
 val run_all :
   ?batch:(job -> int) ->
   parallel:int -> limit:(job -> float) -> progress:(int -> job -> unit) -> stop:(unit -> bool) -> job list -> result list
+
+(** Seconds a call of the function may be in flight before its run ends as
+    [Hung]: 5 s for those the document bounds (sleep, stop, signaled,
+    locate, peer: under the probes' own bound of 6 s, above what a
+    conforming call takes, a sleep being asked for at most rig's hang
+    bound), 30 s for the others. *)
+val call_limit : string -> float
+
+(** Seconds a call of a function that already hung may be in flight. *)
+val known_hang_limit : float
 
 (** [is_ours pid]: a child the runner started (a stop signal it sends is
     not a person's). *)

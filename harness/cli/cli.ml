@@ -67,9 +67,11 @@ Options:
   --seeds N         seeds 1..N (certify default 3; at most 10000)
   --seed N          a single seed
   -j N              jobs run at once (default: the number of cores)
-  --timeout S       seconds a case may take before it is killed (default: derived from the
-                    case's clean run on the fake driver, 4 times it and 2 s, at least 5 s;
-                    60 s for a case never calibrated)
+  --timeout S       seconds a case may take before it is killed (default: 20 times the
+                    case's clean run on the fake driver, at least 60 s).  Apart from it, a
+                    driver call in flight for 5 s (sleep, stop, signaled, locate, peer) or
+                    30 s (the others) ends its run as a hang of that call; 1 s for a
+                    function that hung before in the same certification
   --report PATH     where the JSON report goes
   --junit PATH      (certify) the JUnit XML report (default: beside the JSON one, .xml)
   --markdown PATH   (certify) the Markdown conformance matrix (default: beside it, .md)

@@ -47,7 +47,8 @@ let report_sweep (o : Cli.opts) ~cases ~selected ~report results =
   let lines = Report.verdicts ~cases ~selected results in
   let failures =
     List.filter
-      (fun (r : Runner.result) -> match r.outcome with Findings (_ :: _) | Crashed _ | Timed_out _ -> true | _ -> false)
+      (fun (r : Runner.result) ->
+        match r.outcome with Findings (_ :: _) | Crashed _ | Timed_out _ | Hung _ | Blocked _ -> true | _ -> false)
       results
   in
   List.iter
@@ -58,6 +59,8 @@ let report_sweep (o : Cli.opts) ~cases ~selected ~report results =
         | Crashed how -> "crashed: " ^ how
         | Timed_out { limit; running } ->
             Printf.sprintf "killed after %.0f s%s" limit (match running with Some w -> " " ^ w | None -> "")
+        | Hung { fn; seconds } -> Printf.sprintf "%s did not return within %.0f s" fn seconds
+        | Blocked { fn; first } -> Printf.sprintf "blocked: %s had hung before (%s)" fn first
         | Not_applicable _ -> ""
       in
       Printf.printf "FAIL %s\n     replay: %s\n" (Report.for_terminal what) (Report.for_terminal (Runner.replay r.job)))

@@ -4,21 +4,32 @@ external create_fd : unit -> int = "rig_iso_trace_create"
 external attach : int -> bool = "rig_iso_trace_attach"
 external enter : int -> unit = "rig_iso_trace_enter" [@@noalloc]
 external leave : int -> unit = "rig_iso_trace_leave" [@@noalloc]
-external read : int -> (int * int list) list = "rig_iso_trace_read"
+external read : int -> (int * (int * int) list) list = "rig_iso_trace_read"
 
 (* A call's number on the page is its index here. *)
 let names =
   [| "facts"; "locate"; "peer"; "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "entry"; "prepare"; "grow";
-     "signaled"; "sleep"; "stop"; "unload"; "openers"; "make" |]
+     "signaled"; "sleep"; "stop"; "unload"; "openers"; "make"; "room"; "submit"; "commit" |]
 
 (* A descriptor is its number on Linux (Unix's own representation). *)
 let fd_int (fd : Unix.file_descr) : int = Obj.magic fd
 let create () : Unix.file_descr = Obj.magic (create_fd ())
 
 let name i = if i >= 0 && i < Array.length names then names.(i) else Printf.sprintf "call #%d" i
-let in_flight fd = List.map (fun (tid, fns) -> (tid, List.map name fns)) (read (fd_int fd))
+let in_flight fd =
+  List.map (fun (tid, calls) -> (tid, List.map (fun (f, ms) -> (name f, float ms /. 1000.)) calls)) (read (fd_int fd))
 
-let describe = function
+let longest threads =
+  List.fold_left
+    (fun best (_, calls) ->
+      List.fold_left
+        (fun best (f, s) -> match best with Some (_, s') when s' >= s -> best | _ -> Some (f, s))
+        best calls)
+    None threads
+
+let describe threads =
+  let threads = List.map (fun (tid, calls) -> (tid, List.map fst calls)) threads in
+  match threads with
   | [] -> None
   | [ (_, fns) ] -> Some ("in " ^ String.concat " within " (List.rev fns))
   | threads ->
@@ -29,14 +40,26 @@ let describe = function
 
 let facts_ = 0 and locate_ = 1 and peer_ = 2 and alloc_ = 3 and free_ = 4 and map_peer_ = 5 and map_host_ = 6
 and dma_ = 7 and image_ = 8 and entry_ = 9 and prepare_ = 10 and grow_ = 11 and signaled_ = 12 and sleep_ = 13
-and stop_ = 14 and unload_ = 15 and openers_ = 16 and make_ = 17
+and stop_ = 14 and unload_ = 15 and openers_ = 16 and make_ = 17 and room_ = 18 and submit_ = 19 and commit_ = 20
+
+(* The queue's C functions, reached through closures that facts hands out. *)
+let traced_queue (q : Rig_edge.queue) =
+  { Rig_edge.room = (fun s -> enter room_; match q.room s with x -> leave room_; x | exception e -> leave room_; raise e);
+    submit =
+      (fun s ~value ->
+        enter submit_; match q.submit s ~value with x -> leave submit_; x | exception e -> leave submit_; raise e);
+    commit = (fun () -> enter commit_; match q.commit () with x -> leave commit_; x | exception e -> leave commit_; raise e) }
 
 (* Each function written out, so that no partial application allocates. *)
 module Traced (P : Rig_edge.Package) : Rig_edge.Package = struct
   module D = struct
     include P.D
 
-    let facts t = enter facts_; match P.D.facts t with r -> leave facts_; r | exception e -> leave facts_; raise e
+    (* The queue's closures are wrapped after facts returned: facts is
+       never a point of the asynchronous sweep, so this allocation moves none. *)
+    let facts t =
+      let f = enter facts_; match P.D.facts t with r -> leave facts_; r | exception e -> leave facts_; raise e in
+      { f with queue = traced_queue f.queue }
     let locate t r = enter locate_; match P.D.locate t r with x -> leave locate_; x | exception e -> leave locate_; raise e
     let peer a b = enter peer_; match P.D.peer a b with x -> leave peer_; x | exception e -> leave peer_; raise e
     let alloc t m n = enter alloc_; match P.D.alloc t m n with x -> leave alloc_; x | exception e -> leave alloc_; raise e

@@ -11,19 +11,24 @@
 (** A new page, as a descriptor to hand to the child. *)
 val create : unit -> Unix.file_descr
 
-(** The calls in flight on the page: per thread (its Linux tid), the driver
-    functions in flight, outermost first. *)
-val in_flight : Unix.file_descr -> (int * string list) list
+(** The calls in flight on the page now: per thread (its Linux tid), the
+    driver functions in flight, outermost first, each with the seconds since
+    it started. *)
+val in_flight : Unix.file_descr -> (int * (string * float) list) list
+
+(** The call in flight the longest, with its seconds. *)
+val longest : (int * (string * float) list) list -> (string * float) option
 
 (** In words: "in stop", "in sleep (thread 2) and commit (thread 3)";
     [None] when no driver call was running. *)
-val describe : (int * string list) list -> string option
+val describe : (int * (string * float) list) list -> string option
 
 (** {1 In the child} *)
 
 (** [attach fd]: the page the certifier gave (Channel does it). *)
 val attach : int -> bool
 
-(** [wrap p]: the package whose driver functions, capability and openers'
-    make mark the page as they run, and otherwise are [p]'s. *)
+(** [wrap p]: the package whose driver functions, capability, openers'
+    make and queue functions (room, submit, commit) mark the page as they
+    run, and otherwise are [p]'s. *)
 val wrap : (module Rig_edge.Package) -> (module Rig_edge.Package)

@@ -26,7 +26,7 @@ type t = {
   output : output;
   mutable open_ : bool;
   mutable at_end : Unix.file_descr list;  (* pipes whose writers are all gone *)
-  mutable flight : (int * string list) list;
+  mutable flight : (int * (string * float) list) list;
 }
 
 let pid c = c.pid
@@ -113,7 +113,7 @@ let finish c =
 
 let records c = Channel.records c.reader
 let foreign_bytes c = Channel.foreign_bytes c.reader
-let in_flight c = c.flight
+let in_flight c = if c.open_ then Call_trace.in_flight c.calls else c.flight
 let output c = (Buffer.contents c.output.head, c.output.tail, c.output.total)
 
 let last_lines c n =

@@ -39,8 +39,8 @@ val records : t -> string list
 (** Bytes on the channel that were not this child's records. *)
 val foreign_bytes : t -> int
 
-(** The calls in flight when it ended (after [finish]). *)
-val in_flight : t -> (int * string list) list
+(** The calls in flight when it ended (after [finish]), or now (before). *)
+val in_flight : t -> (int * (string * float) list) list
 
 (** The start of what it wrote on stdout and stderr, and its end, each
     bounded; and how many bytes it wrote in all. *)

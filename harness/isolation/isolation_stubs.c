@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <caml/alloc.h>
@@ -208,6 +209,7 @@ struct trace_slot {
   int32_t tid;
   int32_t depth;
   int32_t fns[TRACE_DEPTH];
+  int64_t since[TRACE_DEPTH]; /* CLOCK_MONOTONIC ns at each call's start */
 };
 struct trace_page {
   uint32_t magic;
@@ -249,12 +251,22 @@ static struct trace_slot *slot(void)
   return my_slot < TRACE_SLOTS ? &page->slots[my_slot] : NULL;
 }
 
+static int64_t monotonic_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Both [@@noalloc]: a traced call allocates nothing more than the driver's. */
 value rig_iso_trace_enter(value fn)
 {
   struct trace_slot *s = slot();
   if (s) {
-    if (s->depth >= 0 && s->depth < TRACE_DEPTH) s->fns[s->depth] = Int_val(fn);
+    if (s->depth >= 0 && s->depth < TRACE_DEPTH) {
+      s->since[s->depth] = monotonic_ns();
+      s->fns[s->depth] = Int_val(fn);
+    }
     s->depth++;
   }
   return Val_unit;
@@ -268,7 +280,7 @@ value rig_iso_trace_leave(value fn)
   return Val_unit;
 }
 
-/* The calls in flight when the child ended: a list of (tid, fn list). */
+/* The calls in flight: a list of (tid, (fn, milliseconds in flight) list). */
 value rig_iso_trace_read(value vfd)
 {
   CAMLparam1(vfd);
@@ -284,9 +296,15 @@ value rig_iso_trace_read(value vfd)
     if (d <= 0) continue;
     if (d > TRACE_DEPTH) d = TRACE_DEPTH;
     fns = Val_emptylist;
+    int64_t now = monotonic_ns();
     for (int k = d - 1; k >= 0; k--) {
+      int64_t age = (now - pg.slots[i].since[k]) / 1000000;
+      if (age < 0) age = 0;
+      pair = caml_alloc_tuple(2);
+      Store_field(pair, 0, Val_int(pg.slots[i].fns[k]));
+      Store_field(pair, 1, Val_long(age));
       cell = caml_alloc_tuple(2);
-      Store_field(cell, 0, Val_int(pg.slots[i].fns[k]));
+      Store_field(cell, 0, pair);
       Store_field(cell, 1, fns);
       fns = cell;
     }
