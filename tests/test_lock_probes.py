@@ -1,4 +1,4 @@
-"""The lock-discipline and signal probes (harness/certify/lock_probes.ml).
+"""The lock-discipline and signal probes (harness/probes/lock_probes.ml).
 
 - Each broken driver of drivers/broken whose "Breaks" line names LOCK-4,
   SIG-2, SIG-3 or SIG-8 is flagged, on those clauses, with exactly its own.

@@ -18,8 +18,10 @@ let against (c : Catalog.clause) (r : Runner.result) =
           else None)
         fs
   | Crashed how when checks c r.job.case -> Some (Printf.sprintf "case %s crashed: %s" r.job.case.name how)
-  | Timed_out s when checks c r.job.case ->
-      Some (Printf.sprintf "case %s did not end within %.0f s and was killed" r.job.case.name s)
+  | Timed_out { limit; running } when checks c r.job.case ->
+      Some
+        (Printf.sprintf "case %s did not end within %.0f s%s and was killed" r.job.case.name limit
+           (match running with Some w -> " (" ^ w ^ ")" | None -> ""))
   | _ -> None
 
 (* Every clause of the catalog has a case now; a clause added to the
@@ -57,6 +59,14 @@ let flagged results =
   |> List.filter (fun c -> List.exists (fun r -> against c r <> None) results)
   |> List.map (fun (c : Catalog.clause) -> c.id)
 
+(* For a terminal: what a driver wrote must not move the cursor or recolour
+   it (Safe_text.terminal); cut by characters, never inside one. *)
+let for_terminal ?max s =
+  let s = Safe_text.terminal s in
+  match max with
+  | Some m when Safe_text.prefix ~max:m s <> None -> Option.get (Safe_text.prefix ~max:(m - 3) s) ^ "..."
+  | _ -> s
+
 let print_table ~color lines =
   let paint code s = if color then Printf.sprintf "\027[%sm%s\027[0m" code s else s in
   List.iter
@@ -66,41 +76,57 @@ let print_table ~color lines =
         match l.verdict with
         | Pass -> paint "32" v | Fail -> paint "31;1" v | Na -> paint "36" v | Unchecked -> paint "33" v
       in
-      let ev = if String.length l.evidence > 110 then String.sub l.evidence 0 107 ^ "..." else l.evidence in
-      Printf.printf "%-8s %-9s %s\n" l.clause.id v ev;
-      Option.iter (fun r -> Printf.printf "%-8s %-9s replay: %s\n" "" "" r) l.repro)
+      Printf.printf "%-8s %-9s %s\n" l.clause.id v (for_terminal ~max:110 l.evidence);
+      Option.iter (fun r -> Printf.printf "%-8s %-9s replay: %s\n" "" "" (for_terminal r)) l.repro)
     lines;
   let count v = List.length (List.filter (fun l -> l.verdict = v) lines) in
   Printf.printf "%d clauses: %d pass, %d fail, %d n/a, %d unchecked\n%!" (List.length lines) (count Pass)
     (count Fail) (count Na) (count Unchecked)
 
+(* Valid UTF-8 JSON from any bytes: an invalid piece (a maximal invalid
+   subpart, Safe_text) is one \ufffd; controls (C0, DEL, C1) and U+2028,
+   U+2029 (line ends to JavaScript) are \u escapes. *)
 let json_string s =
   let b = Buffer.create (String.length s + 2) in
   Buffer.add_char b '"';
-  String.iter
-    (fun c ->
-      match c with
-      | '"' -> Buffer.add_string b "\\\""
-      | '\\' -> Buffer.add_string b "\\\\"
-      | '\n' -> Buffer.add_string b "\\n"
-      | c when Char.code c < 0x20 -> Buffer.add_string b (Printf.sprintf "\\u%04x" (Char.code c))
-      | c -> Buffer.add_char b c)
-    s;
+  Safe_text.iter s
+    ~invalid:(fun _ -> Buffer.add_string b "\\ufffd")
+    ~valid:(fun u bytes ->
+      match Uchar.to_int u with
+      | 0x22 -> Buffer.add_string b "\\\""
+      | 0x5c -> Buffer.add_string b "\\\\"
+      | 0x0a -> Buffer.add_string b "\\n"
+      | 0x09 -> Buffer.add_string b "\\t"
+      | 0x0d -> Buffer.add_string b "\\r"
+      | c when Safe_text.is_control u || c = 0x2028 || c = 0x2029 -> Printf.bprintf b "\\u%04x" c
+      | _ -> Buffer.add_string b bytes);
   Buffer.add_char b '"';
   Buffer.contents b
 
-let xml_escape s =
-  let b = Buffer.create (String.length s) in
-  String.iter
-    (function
-      | '&' -> Buffer.add_string b "&amp;"
-      | '<' -> Buffer.add_string b "&lt;"
-      | '>' -> Buffer.add_string b "&gt;"
-      | '"' -> Buffer.add_string b "&quot;"
-      | c when Char.code c < 0x20 && c <> '\n' && c <> '\t' -> Buffer.add_string b " "
-      | c -> Buffer.add_char b c)
-    s;
-  Buffer.contents b
+(* Well-formed XML 1.0 from any bytes: an invalid piece is one U+FFFD, as
+   are U+FFFE and U+FFFF; the controls XML 1.0 has no place for (C0 but
+   tab, LF, CR) and the discouraged ones (DEL, C1) are shown as text
+   (\x1b, Safe_text.visible); &, <, > and double quotes are references.  In an attribute,
+   tab, LF and CR are character references too, which attribute-value
+   normalisation keeps; in text, CR is (a parser would turn it into LF). *)
+let xml_escape ~attr s =
+  Safe_text.map s
+    ~invalid:(fun b _ -> Buffer.add_string b Safe_text.replacement)
+    ~valid:(fun b u bytes ->
+      match Uchar.to_int u with
+      | 0x26 -> Buffer.add_string b "&amp;"
+      | 0x3c -> Buffer.add_string b "&lt;"
+      | 0x3e -> Buffer.add_string b "&gt;"
+      | 0x22 -> Buffer.add_string b "&quot;"
+      | 0x0d -> Buffer.add_string b "&#13;"
+      | (0x09 | 0x0a) as c when attr -> Printf.bprintf b "&#%d;" c
+      | 0x09 | 0x0a -> Buffer.add_string b bytes
+      | 0xfffe | 0xffff -> Buffer.add_string b Safe_text.replacement
+      | _ when Safe_text.is_control u -> Safe_text.visible b u
+      | _ -> Buffer.add_string b bytes)
+
+let xml_attr = xml_escape ~attr:true
+let xml_text = xml_escape ~attr:false
 
 let rec mkdir_p dir =
   if dir <> "" && dir <> "." && dir <> "/" && not (Sys.file_exists dir) then begin
@@ -126,7 +152,7 @@ let run_json (r : Runner.result) =
     (String.concat ", " (List.map json_string flagged))
     r.seconds
 
-let write_json ?(declared = []) path ~driver ~seeds ~interrupted ~runs lines =
+let write_json ?(declared = []) ?load_error path ~driver ~seeds ~interrupted ~runs lines =
   mkdir_p (Filename.dirname path);
   let clause l =
     Printf.sprintf "    {\"id\": %s, \"side\": %s, \"verdict\": %s, \"evidence\": %s%s}" (json_string l.clause.id)
@@ -138,11 +164,12 @@ let write_json ?(declared = []) path ~driver ~seeds ~interrupted ~runs lines =
   let tmp = path ^ ".tmp" in
   Out_channel.with_open_bin tmp (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"declared\": {%s},\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"clauses\": [\n%s\n  ],\n  \"runs\": [\n%s\n  ]\n}\n"
+        "{\n  \"format\": \"rig-conform-report/1\",\n  \"driver\": %s,\n  \"declared\": {%s},\n  \"seeds\": [%s],\n  \"interrupted\": %b,\n  \"load_error\": %s,\n  \"clauses\": [\n%s\n  ],\n  \"runs\": [\n%s\n  ]\n}\n"
         (json_string driver)
         (String.concat ", " (List.map (fun (k, v) -> Printf.sprintf "%s: %b" (json_string k) v) declared))
         (String.concat ", " (List.map string_of_int seeds))
         interrupted
+        (match load_error with Some e -> json_string e | None -> "null")
         (String.concat ",\n" (List.map clause lines))
         (String.concat ",\n" (List.map run_json runs)));
   Sys.rename tmp path
@@ -158,34 +185,62 @@ let count v lines = List.length (List.filter (fun l -> l.verdict = v) lines)
 
 let write_junit path ~driver lines =
   let case l =
-    let name = Printf.sprintf "name=\"%s\" classname=\"rig-conform.%s.%s\"" (xml_escape l.clause.id)
-        (xml_escape driver) (xml_escape l.clause.side) in
+    let name = Printf.sprintf "name=\"%s\" classname=\"rig-conform.%s.%s\"" (xml_attr l.clause.id)
+        (xml_attr driver) (xml_attr l.clause.side) in
     match l.verdict with
     | Pass -> Printf.sprintf "    <testcase %s/>\n" name
     | Fail ->
         Printf.sprintf "    <testcase %s>\n      <failure message=\"%s\">%s\nreplay: %s</failure>\n    </testcase>\n" name
-          (xml_escape l.evidence) (xml_escape l.clause.text) (xml_escape (Option.value l.repro ~default:""))
+          (xml_attr l.evidence) (xml_text l.clause.text) (xml_text (Option.value l.repro ~default:""))
     | Na | Unchecked ->
         Printf.sprintf "    <testcase %s>\n      <skipped message=\"%s: %s\"/>\n    </testcase>\n" name
-          (verdict_name l.verdict) (xml_escape l.evidence)
+          (verdict_name l.verdict) (xml_attr l.evidence)
   in
   write_atomically path
     (Printf.sprintf
        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"rig-conform %s\" tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"%d\">\n%s  </testsuite>\n</testsuites>\n"
-       (xml_escape driver) (List.length lines) (count Fail lines)
+       (xml_attr driver) (List.length lines) (count Fail lines)
        (count Na lines + count Unchecked lines)
        (String.concat "" (List.map case lines)))
 
-let md_cell s = String.concat "\\|" (String.split_on_char '|' (String.map (function '\n' -> ' ' | c -> c) s))
+(* Markdown from any bytes: valid UTF-8 (an invalid piece is one U+FFFD),
+   line ends and tabs as spaces (a row is one line), other controls shown
+   as text (\x1b), and a table cell's pipes escaped (\|, which GFM reads
+   as a pipe, in a code span too).  Outside code, & < > are references (no
+   HTML from a driver's bytes). *)
+let md_escape ~code s =
+  Safe_text.map s
+    ~invalid:(fun b _ -> Buffer.add_string b Safe_text.replacement)
+    ~valid:(fun b u bytes ->
+      match Uchar.to_int u with
+      | 0x7c -> Buffer.add_string b "\\|"
+      | 0x0a | 0x0d | 0x09 -> Buffer.add_char b ' '
+      | 0x26 when not code -> Buffer.add_string b "&amp;"
+      | 0x3c when not code -> Buffer.add_string b "&lt;"
+      | 0x3e when not code -> Buffer.add_string b "&gt;"
+      | _ when Safe_text.is_control u -> Safe_text.visible b u
+      | _ -> Buffer.add_string b bytes)
+
+let md_cell = md_escape ~code:false
+
+(* A code span whose fence is longer than any run of backticks inside it. *)
+let md_code s =
+  let s = md_escape ~code:true s in
+  let longest, _ =
+    String.fold_left (fun (m, run) c -> if c = '`' then (max m (run + 1), run + 1) else (m, 0)) (0, 0) s
+  in
+  let fence = String.make (longest + 1) '`' in
+  let pad = if longest > 0 then " " else "" in
+  fence ^ pad ^ s ^ pad ^ fence
 
 let write_markdown path ~driver lines =
   let row l =
     Printf.sprintf "| %s | %s | **%s** | %s | %s |\n" l.clause.id (md_cell l.clause.text) (verdict_name l.verdict)
       (md_cell l.evidence)
-      (match l.repro with Some r -> "`" ^ md_cell r ^ "`" | None -> "")
+      (match l.repro with Some r -> md_code r | None -> "")
   in
   write_atomically path
     (Printf.sprintf
-       "# Conformance of driver `%s`\n\n%d clauses: %d pass, %d fail, %d n/a, %d unchecked.\n\n| clause | the document | verdict | evidence | replay |\n|---|---|---|---|---|\n%s"
-       driver (List.length lines) (count Pass lines) (count Fail lines) (count Na lines) (count Unchecked lines)
+       "# Conformance of driver %s\n\n%d clauses: %d pass, %d fail, %d n/a, %d unchecked.\n\n| clause | the document | verdict | evidence | replay |\n|---|---|---|---|---|\n%s"
+       (md_code driver) (List.length lines) (count Pass lines) (count Fail lines) (count Na lines) (count Unchecked lines)
        (String.concat "" (List.map row lines)))

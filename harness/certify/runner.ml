@@ -1,6 +1,8 @@
 (* Child processes for cases; see runner.mli.  The child writes its outcome
-   as lines "FINDING\tclause\tdetail", "NA\treason", "ERROR\ttext", then
-   "DONE"; a child that dies before "DONE" crashed. *)
+   on its channel as records "FINDING\tclause\tdetail", "NA\treason",
+   "ERROR\ttext", "CALLS\tfn\tn", then "DONE\tn" (n: the records before it);
+   a batch writes "POINT\tinjection" before each point's records.  A child
+   that ends without a DONE whose count matches crashed. *)
 
 type job = {
   case : Case.t;
@@ -15,7 +17,7 @@ type outcome =
   | Findings of Case.finding list
   | Not_applicable of string
   | Crashed of string
-  | Timed_out of float
+  | Timed_out of { limit : float; running : string option }
 
 type result = { job : job; outcome : outcome; calls : (string * int) list; seconds : float }
 
@@ -44,10 +46,10 @@ let replay j = String.concat " " (List.map shell_word (program () :: run_args j)
 let clean s = String.map (function '\n' | '\t' -> ' ' | c -> c) s
 
 let child (drv : Drivers.t) j =
-  let say fmt = Printf.printf (fmt ^^ "\n%!") in
+  let say fmt = Printf.ksprintf Channel.say fmt in
   let code =
     try
-      match (j.case.run drv.package ~seed:j.seed : Case.result) with
+      match (j.case.run (Call_trace.wrap drv.package) ~seed:j.seed : Case.result) with
       | Ran fs ->
           List.iter (fun (f : Case.finding) -> say "FINDING\t%s\t%s" f.clause (clean f.detail)) fs;
           if fs = [] then 0 else 1
@@ -55,29 +57,40 @@ let child (drv : Drivers.t) j =
     with e -> say "ERROR\t%s" (clean (Printexc.to_string e)); 1
   in
   List.iter (fun (fn, n) -> say "CALLS\t%s\t%d" fn n) (Case.reported_calls ());
-  say "DONE";
+  Channel.say_done ();
   code
-
-let read_file path = In_channel.with_open_bin path In_channel.input_all
-
-let last_lines n text =
-  let lines = List.filter (( <> ) "") (String.split_on_char '\n' text) in
-  let k = List.length lines in
-  String.concat " | " (List.filteri (fun i _ -> i >= k - n) lines)
 
 (* OCaml's numbers for signals are its own: name the common ones. *)
 let signal_name s =
   let names =
     Sys.[ (sigsegv, "SIGSEGV"); (sigabrt, "SIGABRT"); (sigbus, "SIGBUS"); (sigfpe, "SIGFPE"); (sigill, "SIGILL");
-          (sigkill, "SIGKILL"); (sigterm, "SIGTERM"); (sigint, "SIGINT"); (sigtrap, "SIGTRAP"); (sigsys, "SIGSYS") ]
+          (sigkill, "SIGKILL"); (sigterm, "SIGTERM"); (sigint, "SIGINT"); (sigtrap, "SIGTRAP"); (sigsys, "SIGSYS");
+          (sigstop, "SIGSTOP"); (sigtstp, "SIGTSTP"); (sigttin, "SIGTTIN"); (sigttou, "SIGTTOU"); (sigpipe, "SIGPIPE");
+          (sigxfsz, "SIGXFSZ"); (sigxcpu, "SIGXCPU"); (sighup, "SIGHUP"); (sigusr1, "SIGUSR1"); (sigusr2, "SIGUSR2") ]
   in
   match List.assoc_opt s names with Some n -> n | None -> Printf.sprintf "signal %d" s
 
-let parse j ~status ~out ~err =
-  let lines = String.split_on_char '\n' out in
-  let done_ = List.mem "DONE" lines in
+(* The records of one run (or point): complete when they end in a DONE
+   that counts the records before it. *)
+let complete records =
+  match List.rev records with
+  | last :: before -> (
+      match String.split_on_char '\t' last with
+      | [ "DONE"; n ] -> int_of_string_opt n = Some (List.length before)
+      | _ -> false)
+  | [] -> false
+
+let calls_of records =
+  List.filter_map
+    (fun l ->
+      match String.split_on_char '\t' l with
+      | [ "CALLS"; fn; n ] -> Option.map (fun n -> (fn, n)) (int_of_string_opt n)
+      | _ -> None)
+    records
+
+let findings_of j records =
   let fields l = String.split_on_char '\t' l in
-  let na = List.find_map (fun l -> match fields l with [ "NA"; why ] -> Some why | _ -> None) lines in
+  let na = List.find_map (fun l -> match fields l with [ "NA"; why ] -> Some why | _ -> None) records in
   let findings =
     List.concat_map
       (fun l ->
@@ -86,27 +99,52 @@ let parse j ~status ~out ~err =
         | [ "ERROR"; text ] ->
             List.map (fun clause -> { Case.clause; detail = "the case raised " ^ text }) j.case.clauses
         | _ -> [])
-      lines
+      records
   in
-  match (done_, status) with
-  | true, Unix.WEXITED (0 | 1) -> ( match na with Some why when findings = [] -> Not_applicable why | _ -> Findings findings)
-  | true, Unix.WEXITED c ->
+  match na with Some why when findings = [] -> Not_applicable why | _ -> Findings findings
+
+(* The records of each point of a batch, in order. *)
+let segments records =
+  let rec go acc cur = function
+    | [] -> List.rev (match cur with Some c -> List.rev c :: acc | None -> acc)
+    | l :: rest when String.starts_with ~prefix:"POINT\t" l ->
+        let acc = match cur with Some c -> List.rev c :: acc | None -> acc in
+        go acc (Some []) rest
+    | l :: rest -> go acc (Option.map (fun c -> l :: c) cur) rest
+  in
+  go [] None records
+
+(* What the child did, in words, for a run without its end. *)
+let how_it_ended c (ended : Child_process.ended option) =
+  let where = match Call_trace.describe (Child_process.in_flight c) with Some w -> " " ^ w | None -> "" in
+  let last = Child_process.last_lines c 5 in
+  let last = if last = "" then "" else "; last output: " ^ last in
+  let foreign =
+    match Child_process.foreign_bytes c with 0 -> "" | n -> Printf.sprintf "; %d bytes on its channel were not its own" n
+  in
+  let what =
+    match ended with
+    | Some (Exited c) -> Printf.sprintf "exited %d" c
+    | Some (Killed s) -> "killed by " ^ signal_name s
+    | Some (Stopped s) -> "stopped by " ^ signal_name s ^ " (a run that stops itself never ends)"
+    | None -> "was killed"
+  in
+  (what, where, last ^ foreign)
+
+let outcome_of j c ended records =
+  let what, where, rest = how_it_ended c ended in
+  match ended with
+  | Some (Exited (0 | 1)) when complete records -> findings_of j records
+  | Some _ when complete records ->
       (* After its end: a sanitizer's report at exit (LeakSanitizer), an
          exit handler that failed. *)
-      Crashed (Printf.sprintf "exited %d after its end; last output: %s" c (last_lines 5 (out ^ err)))
-  | true, Unix.WSIGNALED s ->
-      Crashed (Printf.sprintf "killed by %s after its end; last output: %s" (signal_name s) (last_lines 5 (out ^ err)))
-  | true, Unix.WSTOPPED _ -> ( match na with Some why when findings = [] -> Not_applicable why | _ -> Findings findings)
-  | false, Unix.WSIGNALED s ->
-      Crashed (Printf.sprintf "killed by %s; last output: %s" (signal_name s) (last_lines 5 (out ^ err)))
-  | false, (Unix.WEXITED c | Unix.WSTOPPED c) ->
-      Crashed (Printf.sprintf "exited %d before its end; last output: %s" c (last_lines 5 (out ^ err)))
+      Crashed (Printf.sprintf "%s after its end%s" what rest)
+  | _ -> Crashed (Printf.sprintf "%s%s, before its end%s" what where rest)
 
 (* A batch: jobs alike but for their injection, run one after another in one
-   child ([run] with several --inject), each point's output after a line
-   "POINT\t<injection>".  A point whose output has no DONE (the child crashed
-   or hung there) runs again alone, so that its verdict is the one its own
-   process gives. *)
+   child ([run] with several --inject).  A point whose records have no DONE
+   (the child crashed or hung there) runs again alone, so that its verdict
+   is the one its own process gives. *)
 let batchable j =
   match j.inject with Some i -> Injection.async_at i = None && Injection.wait_at i = None | None -> false
 
@@ -124,12 +162,19 @@ let batches ~size jobs =
   in
   go [] [] jobs
 
-type running = { rjobs : (int * job) list; pid : int; out : string; err : string; started : float }
+type running = { rjobs : (int * job) list; child : Child_process.t; started : float; deadline : float; limit : float }
 
-let spawn batch =
-  let out = Filename.temp_file "rig-case" ".out" and err = Filename.temp_file "rig-case" ".err" in
-  let fd_out = Unix.openfile out [ O_WRONLY; O_TRUNC ] 0o600 in
-  let fd_err = Unix.openfile err [ O_WRONLY; O_TRUNC ] 0o600 in
+(* Every child started, so that a stop signal one of them (or what it
+   started) sends is known for what it is. *)
+let started_pids : (int, unit) Hashtbl.t = Hashtbl.create 64
+let is_ours pid = Hashtbl.mem started_pids pid
+
+let spawn_args args =
+  let c = Child_process.spawn ~prog:Sys.executable_name ~args in
+  Hashtbl.replace started_pids (Child_process.pid c) ();
+  c
+
+let spawn ~limit batch =
   let args =
     match batch with
     | [ (_, j) ] -> run_args j
@@ -138,65 +183,60 @@ let spawn batch =
         @ List.concat_map (fun (_, j) -> match j.inject with Some i -> [ "--inject"; Injection.to_string i ] | None -> []) batch
     | [] -> invalid_arg "Runner.spawn: empty batch"
   in
-  let argv = Array.of_list (Sys.executable_name :: args) in
-  let pid = Unix.create_process Sys.executable_name argv Unix.stdin fd_out fd_err in
-  Unix.close fd_out;
-  Unix.close fd_err;
-  { rjobs = batch; pid; out; err; started = Unix.gettimeofday () }
+  let limit = List.fold_left (fun a (_, j) -> a +. limit j) 0. batch in
+  let now = Unix.gettimeofday () in
+  { rjobs = batch; child = spawn_args args; started = now; deadline = now +. limit; limit }
 
-let calls_of out =
-  String.split_on_char '\n' out
-  |> List.filter_map (fun l ->
-         match String.split_on_char '\t' l with
-         | [ "CALLS"; fn; n ] -> Option.map (fun n -> (fn, n)) (int_of_string_opt n)
-         | _ -> None)
-
-(* The output of each point of a batch, in order. *)
-let segments out =
-  let rec go acc cur = function
-    | [] -> List.rev (match cur with Some c -> String.concat "\n" (List.rev c) :: acc | None -> acc)
-    | l :: rest when String.starts_with ~prefix:"POINT\t" l ->
-        let acc = match cur with Some c -> String.concat "\n" (List.rev c) :: acc | None -> acc in
-        go acc (Some []) rest
-    | l :: rest -> go acc (Option.map (fun c -> l :: c) cur) rest
-  in
-  go [] None (String.split_on_char '\n' out)
-
-(* The results of a finished (or killed) child, and the jobs of a batch
-   that must run again alone. *)
-let collect r status ~timed_out ~timeout =
-  let out = read_file r.out and err = read_file r.err in
-  Sys.remove r.out;
-  Sys.remove r.err;
+(* The results of an ended (or killed) child, and the jobs of a batch that
+   must run again alone. *)
+let collect r ended ~timed_out =
+  let c = r.child in
+  let records = Child_process.records c in
   let seconds = Unix.gettimeofday () -. r.started in
   match r.rjobs with
   | [ (i, j) ] ->
-      let outcome = if timed_out then Timed_out timeout else parse j ~status ~out ~err in
-      ([ (i, { job = j; outcome; calls = calls_of out; seconds }) ], [])
-  | batch when (match status with Unix.WEXITED (0 | 1) -> false | _ -> true) && not timed_out ->
+      let outcome =
+        if timed_out then Timed_out { limit = r.limit; running = Call_trace.describe (Child_process.in_flight c) }
+        else outcome_of j c ended records
+      in
+      ([ (i, { job = j; outcome; calls = calls_of records; seconds }) ], [])
+  | batch when (match ended with Some (Exited (0 | 1)) -> false | _ -> true) && not timed_out ->
       (* The batch failed after its points (at exit, say): each point again
          alone, so that the one to blame has its own verdict. *)
       ([], batch)
   | batch ->
-      let segs = segments out in
+      let segs = segments records in
       let n = List.length batch in
       List.fold_left
         (fun (ok, again) (k, (i, j)) ->
           match List.nth_opt segs k with
-          | Some seg when List.mem "DONE" (String.split_on_char '\n' seg) ->
-              let outcome = parse j ~status:(Unix.WEXITED 0) ~out:seg ~err:"" in
-              ((i, { job = j; outcome; calls = calls_of seg; seconds = seconds /. float n }) :: ok, again)
+          | Some seg when complete seg ->
+              ((i, { job = j; outcome = findings_of j seg; calls = calls_of seg; seconds = seconds /. float n }) :: ok, again)
           | _ -> (ok, (i, j) :: again))
         ([], []) (List.mapi (fun k x -> (k, x)) batch)
       |> fun (ok, again) -> (List.rev ok, List.rev again)
 
-let run_all ?(batch = fun _ -> 1) ~parallel ~timeout ~progress ~stop jobs =
+(* Waits until a child's descriptor has something, a child ends (its pipes
+   close), or [timeout] passes. *)
+let wait_for_any running timeout =
+  let fds = List.concat_map (fun r -> Child_process.descriptors r.child) running in
+  match Unix.select fds [] [] timeout with
+  | _ -> ()
+  | exception Unix.Unix_error (Unix.EINTR, _, _) -> ()
+
+let end_strays running = ignore (Child_process.end_strays ~keep:(List.map (fun r -> Child_process.pid r.child) running))
+
+let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
   let results = Array.make (List.length jobs) None in
   let queue = ref (batches ~size:batch (List.mapi (fun i j -> (i, j)) jobs)) in
   let running = ref [] in
   let finished = ref 0 in
+  let timed_out_cases = Hashtbl.create 8 in
   let finish (i, res) =
     results.(i) <- Some res;
+    (match res.outcome with
+    | Timed_out _ when res.job.inject = None -> Hashtbl.replace timed_out_cases (res.job.case.name, res.job.mutant) ()
+    | _ -> ());
     incr finished;
     progress !finished res.job
   in
@@ -204,37 +244,79 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~timeout ~progress ~stop jobs =
     List.iter finish done_;
     queue := List.map (fun x -> [ x ]) again @ !queue
   in
-  let kill r = try Unix.kill r.pid Sys.sigkill with Unix.Unix_error _ -> () in
+  (* Another seed of a case that hung would only hang as long again. *)
+  let hung_already = function
+    | [ (_, j) ] when j.inject = None -> Hashtbl.mem timed_out_cases (j.case.name, j.mutant)
+    | _ -> false
+  in
   while (!queue <> [] && not (stop ())) || !running <> [] do
-    if stop () then List.iter kill !running;
-    while List.length !running < parallel && !queue <> [] && not (stop ()) do
-      let next = List.hd !queue in
-      queue := List.tl !queue;
-      match spawn next with
-      | r -> running := r :: !running
-      | exception (Unix.Unix_error _ | Sys_error _ as e) ->
-          (* The child could not even start (the program was replaced, no
-             processes left): a verdict on those runs, not the runner's end. *)
-          List.iter
-            (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; seconds = 0. }))
-            next
-    done;
-    let still = ref [] in
-    List.iter
-      (fun r ->
-        match Unix.waitpid [ Unix.WNOHANG ] r.pid with
-        | 0, _ ->
-            if Unix.gettimeofday () -. r.started > timeout then begin
-              kill r;
-              let _, status = Unix.waitpid [] r.pid in
-              settle (collect r status ~timed_out:true ~timeout)
-            end
-            else still := r :: !still
-        | _, status -> settle (collect r status ~timed_out:false ~timeout)
-        | exception Unix.Unix_error (Unix.EINTR, _, _) -> still := r :: !still)
-      !running;
-    running := List.rev !still;
-    (* Polling the children is the runner's own pacing, not a test's. *)
-    if !running <> [] then Thread.delay 0.005
+    if stop () then begin
+      (* Interrupted: what still runs says nothing about the driver. *)
+      List.iter (fun r -> ignore (Child_process.finish r.child)) !running;
+      running := []
+    end
+    else begin
+      while List.length !running < parallel && !queue <> [] do
+        let next = List.hd !queue in
+        queue := List.tl !queue;
+        if hung_already next then (incr finished; progress !finished (snd (List.hd next)))
+        else
+          match spawn ~limit next with
+          | r -> running := r :: !running
+          | exception (Unix.Unix_error _ | Sys_error _ as e) ->
+              (* The child could not even start (the program was replaced, no
+                 processes left): a verdict on those runs, not the runner's end. *)
+              List.iter
+                (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; seconds = 0. }))
+                next
+      done;
+      let now = Unix.gettimeofday () in
+      let nearest = List.fold_left (fun a r -> Float.min a (r.deadline -. now)) 0.05 !running in
+      wait_for_any !running (Float.max 0.001 nearest);
+      let still = ref [] and ended_any = ref false in
+      List.iter
+        (fun r ->
+          Child_process.drain r.child;
+          match Child_process.ended r.child with
+          | Some _ ->
+              let ended = Child_process.finish r.child in
+              ended_any := true;
+              settle (collect r ended ~timed_out:false)
+          | None when Unix.gettimeofday () > r.deadline ->
+              ignore (Child_process.finish r.child);
+              ended_any := true;
+              settle (collect r None ~timed_out:true)
+          | None -> still := r :: !still)
+        !running;
+      running := List.rev !still;
+      if !ended_any then end_strays !running
+    end
   done;
+  end_strays [];
   Array.to_list results |> List.filter_map Fun.id
+
+let run_command ~args ~limit =
+  let c = spawn_args args in
+  let deadline = Unix.gettimeofday () +. limit in
+  let rec loop () =
+    match Child_process.ended c with
+    | Some _ -> `Ended (Child_process.finish c)
+    | None when Unix.gettimeofday () > deadline -> ignore (Child_process.finish c); `Timed_out
+    | None ->
+        (match Unix.select (Child_process.descriptors c) [] [] 0.05 with
+        | _ -> ()
+        | exception Unix.Unix_error (Unix.EINTR, _, _) -> ());
+        Child_process.drain c;
+        loop ()
+  in
+  let how = loop () in
+  end_strays [];
+  let records = Child_process.records c in
+  match how with
+  | `Ended (Some (Exited 0)) when complete records -> Ok records
+  | `Ended ended ->
+      let what, where, rest = how_it_ended c ended in
+      Error (Printf.sprintf "%s%s%s" what where rest)
+  | `Timed_out ->
+      let _, where, rest = how_it_ended c None in
+      Error (Printf.sprintf "did not end within %.0f s%s%s" limit where rest)

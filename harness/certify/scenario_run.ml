@@ -285,13 +285,24 @@ let check_mutants ~file (t : S.t) =
         match (st.verb, st.args) with "schedule_mutant", [ S.Word w ] -> Schedule.mutant_code w = None | _ -> false)
       t.stmts
   with
-  | Some ({ args = [ S.Word w ]; _ } as st) ->
+  | Some ({ args = [ S.Word w ]; cols = [ col ]; _ } as st) ->
       Error
-        (Printf.sprintf "%s:%d:%d: expected a mutant of the fuzzer (%s, or a code), found '%s'" file st.line
-           (st.col + String.length "schedule_mutant ")
+        (Printf.sprintf "%s:%d:%d: expected a mutant of the fuzzer (%s, or a code), found '%s'" file st.line col
            (String.concat ", " Schedule.mutant_names) w)
   | _ -> Ok ()
 
+(* The parser checks the shape of a clause ID; the catalog is known here. *)
+let check_clauses ~file (t : S.t) =
+  match List.find_opt (fun (id, _) -> Catalog.find id = None) (List.combine t.clauses t.clauses_at) with
+  | Some (id, (line, col)) ->
+      Error (Printf.sprintf "%s:%d:%d: expected a clause ID of spec/clauses.tsv, found '%s'" file line col id)
+  | None -> Ok ()
+
+(* Scenario_syntax.parse_file reads only regular files of a bounded size,
+   without ever blocking on the open: a FIFO, /dev/zero behind a link or a
+   huge file named *.scn is an error naming the file, not a hang.  Messages
+   show the file name safe for a terminal (Safe_text.terminal); the case
+   keeps the name as it is, for its replay line. *)
 let load dir =
   match Sys.readdir dir with
   | exception Sys_error _ -> Ok []
@@ -301,10 +312,8 @@ let load dir =
         (fun acc f ->
           Result.bind acc (fun cases ->
               let file = Filename.concat dir f in
-              match S.parse_file file with
-              | Error why -> Error why
-              | Ok t -> (
-                  match List.find_opt (fun id -> Catalog.find id = None) t.clauses with
-                  | Some id -> Error (Printf.sprintf "%s: clause %s is not in spec/clauses.tsv" file id)
-                  | None -> Result.map (fun () -> cases @ [ case ~file t ]) (check_mutants ~file t))))
+              let shown = Safe_text.terminal file in
+              Result.bind (S.parse_file file) (fun t ->
+                  Result.bind (check_clauses ~file:shown t) (fun () ->
+                      Result.map (fun () -> cases @ [ case ~file t ]) (check_mutants ~file:shown t)))))
         (Ok []) files

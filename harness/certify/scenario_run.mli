@@ -12,7 +12,12 @@
 val directory : unit -> (string, string) result
 
 (** [load dir] parses every *.scn of [dir], in name order: the cases, or
-    the first file's error ("FILE:LINE:COL: ..."). *)
+    the first file's error ("FILE:LINE:COL: ...", a clause ID not in
+    spec/clauses.tsv and an unknown fuzzer mutant included).  It never
+    blocks: a *.scn that is not a regular file once links are followed (a
+    FIFO, /dev/zero, a directory) is "FILE: not a regular file (...)", one
+    over {!Scenario_syntax.max_bytes} is "FILE: too large (...)".  FILE is
+    shown with {!Safe_text.terminal}; a case keeps the file's name as it is. *)
 val load : string -> (Case.t list, string) result
 
 (** Whether a loaded scenario case (scn.NAME) needs the fake driver's

@@ -27,26 +27,13 @@ external signal_at_wait : int -> unit = "caml_rig_signal_at_wait" [@@noalloc]
 
 let fault_signals = c_fault_signals ()
 
-module Mutant = struct
-  let all =
-    [
-      ("retake-unchecked", "LOCK-7", "Lock.protect takes a lock the thread holds, or rig's inside another, without refusing");
-      ("block-before-handlers", "SIG-4", "wait masks again before it runs the handlers of the signals that came during it");
-      ("restore-keeps-mask", "SIG-5", "restore leaves the thread's signals blocked");
-    ]
+(* The edge's self-test mutants (Mutant, at the end) are separate functions:
+   Mutant.set installs one in place of the conforming one, so that the
+   conforming path tests no mutant (and allocates nothing for it). *)
 
-  let active = ref None
-
-  let set = function
-    | None -> active := None
-    | Some m ->
-        if not (List.exists (fun (n, _, _) -> n = m) all) then invalid_arg ("unknown edge mutant " ^ m);
-        active := Some m
-
-  let is m = !active = Some m
-end
-
-let restore m = if not (Mutant.is "restore-keeps-mask") then restore m
+let restore_conforming = restore
+let restore_installed = ref restore_conforming
+let restore m = !restore_installed m
 
 let masked f =
   let m = mask () in
@@ -57,16 +44,20 @@ let masked f =
 (* The handlers of signals that came during the step run before the mask
    closes again, whichever way the step ended; an exception of theirs wins
    over the step's outcome, as it ends the wait. *)
-let wait step =
-  unblock ();
-  let early = Mutant.is "block-before-handlers" in
-  let outcome =
-    match step () with
-    | v -> if early then block (); Ok v
-    | exception e -> if early then block (); Error e
-  in
+let after_step outcome =
   (match run_pending () with () -> block () | exception e -> block (); raise e);
   match outcome with Ok v -> v | Error e -> raise e
+
+(* Nothing runs between the unblock and the step's handler: an exception
+   there would leave the thread in-wait with rig's signals unblocked. *)
+let wait_conforming step =
+  unblock ();
+  after_step (match step () with v -> Ok v | exception e -> Error e)
+
+type waiter = { wait : 'a. (unit -> 'a) -> 'a }
+
+let waiter = ref { wait = wait_conforming }
+let wait step = !waiter.wait step
 
 let shield f =
   let m = shield_begin () in
@@ -125,11 +116,14 @@ module Lock = struct
 
   let name l = l.name
 
-  let protect l f =
+  (* LOCK-7: a lock its holder takes again, or rig's inside another. *)
+  let refuse_retake self l =
+    if Atomic.get l.owner = self then invalid_arg (l.name ^ ": taken by the thread that holds it");
+    if l.rig && holds () <> 0 then invalid_arg (l.name ^ ": rig's lock taken inside another lock")
+
+  let take ~check l f =
     let self = Thread.id (Thread.self ()) in
-    let checked = not (Mutant.is "retake-unchecked") in
-    if checked && Atomic.get l.owner = self then invalid_arg (l.name ^ ": taken by the thread that holds it");
-    if checked && l.rig && holds () <> 0 then invalid_arg (l.name ^ ": rig's lock taken inside another lock");
+    check self l;
     Order.taking self (l.id, l.name);
     hold ();
     (match Mutex.lock l.m with () -> () | exception e -> give (); Order.given self l.id; raise e);
@@ -137,6 +131,12 @@ module Lock = struct
     match f () with
     | v -> Atomic.set l.owner nobody; Mutex.unlock l.m; give (); Order.given self l.id; v
     | exception e -> Atomic.set l.owner nobody; Mutex.unlock l.m; give (); Order.given self l.id; raise e
+
+  type protector = { protect : 'a. t -> (unit -> 'a) -> 'a }
+
+  let protect_conforming l f = take ~check:refuse_retake l f
+  let protector = ref { protect = protect_conforming }
+  let protect l f = !protector.protect l f
 
   let order_inversions () = Order.locked (fun () -> List.rev !Order.inversions)
 
@@ -146,4 +146,39 @@ module Lock = struct
     match wait (fun () -> Condition.wait c l.m) with
     | () -> Atomic.set l.owner self
     | exception e -> Atomic.set l.owner self; raise e
+end
+
+module Mutant = struct
+  let all =
+    [
+      ("retake-unchecked", "LOCK-7", "Lock.protect takes a lock the thread holds, or rig's inside another, without refusing");
+      ("block-before-handlers", "SIG-4", "wait masks again before it runs the handlers of the signals that came during it");
+      ("restore-keeps-mask", "SIG-5", "restore leaves the thread's signals blocked");
+    ]
+
+  (* retake-unchecked *)
+  let protect_unchecked l f = Lock.take ~check:(fun _ _ -> ()) l f
+
+  (* block-before-handlers *)
+  let wait_blocks_early step =
+    unblock ();
+    after_step (match step () with v -> block (); Ok v | exception e -> block (); Error e)
+
+  (* restore-keeps-mask *)
+  let restore_keeps_mask (_ : mask) = ()
+
+  let install = function
+    | "retake-unchecked" -> Lock.protector := { protect = protect_unchecked }
+    | "block-before-handlers" -> waiter := { wait = wait_blocks_early }
+    | "restore-keeps-mask" -> restore_installed := restore_keeps_mask
+    | m -> invalid_arg ("unknown edge mutant " ^ m)
+
+  let set m =
+    (match m with
+    | Some m when not (List.exists (fun (n, _, _) -> n = m) all) -> invalid_arg ("unknown edge mutant " ^ m)
+    | _ -> ());
+    Lock.protector := { protect = Lock.protect_conforming };
+    waiter := { wait = wait_conforming };
+    restore_installed := restore_conforming;
+    Option.iter install m
 end

@@ -4,9 +4,9 @@
 
 type arg = Word of string | Int of int | Str of string | Sep | Kv of string * string
 
-type stmt = { line : int; col : int; verb : string; args : arg list; expect : string option }
+type stmt = { line : int; col : int; verb : string; args : arg list; expect : string option; cols : int list }
 
-type t = { name : string; clauses : string list; needs_fake : bool; stmts : stmt list }
+type t = { name : string; clauses : string list; clauses_at : (int * int) list; needs_fake : bool; stmts : stmt list }
 
 external c_parse : string -> string -> (stmt list, string) result = "caml_scn_parse"
 
@@ -16,25 +16,64 @@ let parse ~file text =
   | Ok all ->
       (* The C parser guarantees: scenario first with one Str, clauses once
          with Words, needs at most once; all before any other statement. *)
-      let name = ref "" and clauses = ref [] and needs_fake = ref false in
+      let name = ref "" and clauses = ref [] and clauses_at = ref [] and needs_fake = ref false in
       let stmts =
         List.filter
           (fun s ->
             match s.verb, s.args with
             | "scenario", [ Str n ] -> name := n; false
             | "clauses", ids ->
-                clauses := List.filter_map (function Word w -> Some w | _ -> None) ids;
+                let words = List.filter_map (function Word w, col -> Some (w, (s.line, col)) | _ -> None) (List.combine ids s.cols) in
+                clauses := List.map fst words;
+                clauses_at := List.map snd words;
                 false
             | "needs", _ -> needs_fake := true; false
             | _ -> true)
           all
       in
-      Ok { name = !name; clauses = !clauses; needs_fake = !needs_fake; stmts }
+      Ok { name = !name; clauses = !clauses; clauses_at = !clauses_at; needs_fake = !needs_fake; stmts }
 
-let parse_file path =
-  match In_channel.with_open_bin path In_channel.input_all with
-  | text -> parse ~file:path text
-  | exception Sys_error msg -> Error (Printf.sprintf "%s: cannot read: %s" path msg)
+let max_bytes = 1 lsl 20
+
+let kind_name = function
+  | Unix.S_DIR -> "a directory"
+  | S_CHR -> "a character device"
+  | S_BLK -> "a block device"
+  | S_FIFO -> "a named pipe"
+  | S_SOCK -> "a socket"
+  | S_LNK -> "a symbolic link"
+  | S_REG -> "a regular file"
+
+(* Opened without blocking (a FIFO's open waits for a writer), then fstat on
+   what was opened (no race between a stat and the open): only a regular
+   file of at most max_bytes is read, and never more than max_bytes + 1
+   bytes, even if it grows meanwhile. *)
+let read_bounded path =
+  let shown = Safe_text.terminal path in
+  match Unix.openfile path [ O_RDONLY; O_NONBLOCK; O_CLOEXEC ] 0 with
+  | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: cannot read: %s" shown (Unix.error_message e))
+  | fd ->
+      Fun.protect
+        ~finally:(fun () -> Unix.close fd)
+        (fun () ->
+          match Unix.fstat fd with
+          | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: cannot read: %s" shown (Unix.error_message e))
+          | { st_kind = S_REG; st_size; _ } when st_size > max_bytes ->
+              Error (Printf.sprintf "%s: too large (%d bytes; a scenario file has at most %d)" shown st_size max_bytes)
+          | { st_kind = S_REG; _ } -> (
+              let buf = Bytes.create (max_bytes + 1) in
+              let rec fill n =
+                if n > max_bytes then n
+                else match Unix.read fd buf n (max_bytes + 1 - n) with 0 -> n | k -> fill (n + k)
+              in
+              match fill 0 with
+              | n when n > max_bytes ->
+                  Error (Printf.sprintf "%s: too large (over %d bytes; a scenario file has at most %d)" shown max_bytes max_bytes)
+              | n -> Ok (Bytes.sub_string buf 0 n)
+              | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: cannot read: %s" shown (Unix.error_message e)))
+          | { st_kind; _ } -> Error (Printf.sprintf "%s: not a regular file (%s)" shown (kind_name st_kind)))
+
+let parse_file path = Result.bind (read_bounded path) (parse ~file:(Safe_text.terminal path))
 
 let escape s =
   let b = Buffer.create (String.length s + 2) in

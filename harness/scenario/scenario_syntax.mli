@@ -15,20 +15,32 @@ type arg = Word of string | Int of int | Str of string | Sep | Kv of string * st
     end of the line; for [spawn] it is the thread's name, the spawned verb
     (a [Word]) and that statement's arguments.  [expect] is the outcome
     after [=>] ([None]: none written, which means ok). *)
-type stmt = { line : int; col : int; verb : string; args : arg list; expect : string option }
+type stmt = { line : int; col : int; verb : string; args : arg list; expect : string option; cols : int list }
+(** [cols]: the column of each of [args], in order (all on [line]). *)
 
 (** A scenario: its name (from [scenario "..."]), its clause IDs (from
     [clauses]), whether it says [needs fake], and its other statements in
     file order. *)
-type t = { name : string; clauses : string list; needs_fake : bool; stmts : stmt list }
+type t = { name : string; clauses : string list; clauses_at : (int * int) list; needs_fake : bool; stmts : stmt list }
+(** [clauses_at]: the line and column of each of [clauses], in order (for
+    messages about a clause ID, such as one not in the catalog). *)
 
 (** [parse ~file text] parses [text]; [file] is only used in messages.  The
     error is the C parser's ["FILE:LINE:COL: expected WHAT, found WHAT"]. *)
 val parse : file:string -> string -> (t, string) result
 
-(** [parse_file path] reads and parses [path].  A file that cannot be read
-    gives [Error "PATH: cannot read: REASON"]. *)
+(** [parse_file path] reads and parses [path]; it never blocks and never
+    reads more than {!max_bytes} + 1 bytes.  [path] is opened without
+    blocking (O_NONBLOCK) and checked on what was opened: [Error "PATH: not
+    a regular file (a named pipe)"] (a FIFO, a device such as /dev/zero
+    behind a symbolic link, a directory...), [Error "PATH: too large (N
+    bytes; ...)"], [Error "PATH: cannot read: REASON"].  In every message,
+    and as the parser's FILE, PATH is shown with {!Safe_text.terminal}: no
+    control byte of a file name reaches a terminal. *)
 val parse_file : string -> (t, string) result
+
+(** The size cap of a scenario file: 1 MiB (the bundled ones are under 1 KiB). *)
+val max_bytes : int
 
 (** The argument as written in a scenario (strings re-escaped), for
     messages and for printing a statement back. *)

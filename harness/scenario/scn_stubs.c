@@ -48,18 +48,23 @@ static value arg_value(const struct scn_arg *a) {
   CAMLreturn(r);
 }
 
-/* { line; col; verb; args; expect } */
+/* { line; col; verb; args; expect; cols } */
 static value stmt_value(const struct scn_stmt *st) {
   CAMLparam0();
   CAMLlocal5(r, verb, args, cell, a);
-  CAMLlocal2(expect, e);
+  CAMLlocal3(expect, e, cols);
   args = Val_emptylist;
+  cols = Val_emptylist;
   for (int i = st->nargs - 1; i >= 0; i--) {
     a = arg_value(&st->args[i]);
     cell = caml_alloc_small(2, 0);
     Field(cell, 0) = a;
     Field(cell, 1) = args;
     args = cell;
+    cell = caml_alloc_small(2, 0);
+    Field(cell, 0) = Val_int(st->args[i].col);
+    Field(cell, 1) = cols;
+    cols = cell;
   }
   verb = caml_copy_string(st->verb);
   expect = Val_none;
@@ -67,12 +72,13 @@ static value stmt_value(const struct scn_stmt *st) {
     e = caml_copy_string(st->expect);
     expect = caml_alloc_some(e);
   }
-  r = caml_alloc_small(5, 0);
+  r = caml_alloc_small(6, 0);
   Field(r, 0) = Val_int(st->line);
   Field(r, 1) = Val_int(st->col);
   Field(r, 2) = verb;
   Field(r, 3) = args;
   Field(r, 4) = expect;
+  Field(r, 5) = cols;
   CAMLreturn(r);
 }
 

@@ -1,8 +1,10 @@
-(** The driver-side probes: cases that call a driver's [Package] directly,
-    the way a conforming rig would, and check the [driver]-side clauses of
-    spec/clauses.tsv that a run can show (MEM-2, MEM-4, MEM-5, MEM-7, MEM-8,
-    CODE-1, CODE-2, CODE-3, CODE-5, CODE-6, CODE-7, TIME-3, TIME-4, TIME-5,
-    STOP-2, STOP-3, STOP-4, STOP-5, STOP-6, STOP-8).
+(** What the driver-side probes share: the probes are cases that call a
+    driver's [Package] directly, the way a conforming rig would, and check
+    the [driver]-side clauses of spec/clauses.tsv that a run can show; their
+    cases are in one module per section of the document (Mem_probes,
+    Code_probes, Time_probes, Stop_probes, Bus_probes, Queue_probes,
+    Word_probes, Lock_probes, Mask_probes, Order_probes, Edge_checks),
+    joined by Registry.
 
     How every probe calls the driver, so that a conforming driver gives no
     finding over any seed:
@@ -28,13 +30,20 @@
 
     Case names are ["probe.<CLAUSE>.<what>"], stable across versions. *)
 
-(** All the probes, in clause order. *)
-val cases : Case.t list
 
 (** {1 The shared helpers}
 
-    For probe modules of their own (bus_probes.ml), which call the driver
-    the same way; probes.ml says what each does. *)
+    For every probe module, which call the driver the same way; probes.ml
+    says what each does. *)
+
+val now : unit -> float
+val spf : ('a, unit, string) format -> 'a
+
+(** [contains ~sub s]: whether [sub] occurs in [s]. *)
+val contains : sub:string -> string -> bool
+
+(** [round_up x k]: the least multiple of [k] that is >= [x]. *)
+val round_up : int -> int -> int
 
 (** The driver lacks what the case needs: the case is Not_applicable. *)
 exception Skip of string
@@ -58,6 +67,7 @@ module Kit (P : Rig_edge.Package) : sig
 
   type res
   type reg = { dev : dev; region : P.D.region; size : int; res : res }
+  type img = { idev : dev; image : P.D.image; ires : res }
   type session
 
   val run : clause:string -> seed:int -> (session -> unit) -> Case.result
@@ -70,22 +80,53 @@ module Kit (P : Rig_edge.Package) : sig
   val call : dev -> (unit -> 'a) -> 'a
   val openers : unit -> P.D.t Rig_edge.opener list
   val open_dev : session -> P.D.t Rig_edge.opener -> dev
+  val open_first : session -> dev
+  val open_two : session -> dev * dev
   val alloc : session -> dev -> Rig_edge.memory -> int -> reg option
+  val alloc_host : session -> dev -> int -> reg option
   val free_reg : reg -> unit
   val map_peer : session -> dev -> reg -> reg
+  val map_host : session -> dev -> nativeint -> int -> reg
+  val host_pages : session -> int -> nativeint * Host_pages.t
+  val image : session -> dev -> string -> (img, string) result
+  val entry : img -> string -> Rig_edge.entry_answer
+  val binary_image : session -> dev -> img
+  val kit_entry : session -> dev -> string -> string -> int64
+  val scratch_image : session -> dev -> int -> img * string
+  val function_to_prepare : session -> dev -> img * string
   val place : reg -> Rig_edge.place
   val reachable : reg -> bool
   val read : reg -> off:int -> len:int -> string option
   val write : reg -> off:int -> string -> bool
   val fill_part : reg -> off:int -> len:int -> byte:int -> Rig_edge.part
   val submit : ?commit:bool -> dev -> Rig_edge.part list -> (int, string) result
+  val launch : dev -> int64 -> string -> int
+  val take : session -> dev -> int -> reg list
+  val free_bytes : session -> dev -> int
+
+  type slept = Returned | Faulted of string | Other of exn
+
+  val sleep : session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept
+  val timed_sleep : session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept * float
 
   type waited = Reached | Timed_out of int | Fault_seen of string
 
   val wait_value : session -> dev -> int -> ms:int -> waited
   val describe_wait : waited -> string
   val run_or_skip : session -> dev -> Rig_edge.part list -> string -> int
+  val poll_word : dev -> ms:int -> (int -> bool) -> int
+
+  type stopped = Stop_returned of float | Stop_raised of exn * float
+
+  val stop : session -> dev -> bound_ms:int -> stopped
   val close : session -> dev -> unit
   val settled : dev -> ms:int -> bool
   val release_dev : session -> dev -> unit
+
+  (** A region both the host and the device reach, read and written from
+      the host side. *)
+  type witness = { wreg : reg; wread : off:int -> len:int -> string; wwrite : off:int -> string -> unit }
+
+  val host_witness : session -> dev -> int -> witness
+  val peer_witness : session -> dev -> dev -> int -> witness option
 end

@@ -34,15 +34,14 @@ exception Needs of string
 (** A violation of the validation layer as a finding, with its events. *)
 val of_violation : Validate.violation -> Case.finding
 
+(** One case per flow (rig.NAME): the flows are one list of records, each
+    with its name, clauses, needs and body (scenarios.ml). *)
 val cases : Case.t list
 
 (** {1 Flows over another package}
 
     For the asynchronous-exception cases (Async_cases), which put a wrapper
     between the validation layer and the driver. *)
-
-(** The flows: name, clauses, whether they need the fake driver's knobs. *)
-val flows : (string * string list * bool) list
 
 (** Whether the flow (rig.NAME) needs the fake driver's knobs, so that it is
     n/a for another driver. *)

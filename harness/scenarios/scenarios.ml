@@ -339,56 +339,46 @@ module Flows (P : Rig_edge.Package) = struct
             :: !acc);
     R.free b);
     close dev
-
-  let run name ~seed acc =
-    let body =
-      match name with
-      | "rig.lifecycle" -> lifecycle
-      | "rig.sleep-in-flight" -> sleep_in_flight
-      | "rig.c-call-in-flight" -> c_call_in_flight
-      | "rig.wait-for-work" -> wait_for_work
-      | "rig.release-kept" -> release_kept
-      | "rig.fault" -> fault
-      | "rig.exception-loses" -> exception_loses
-      | "rig.entry-invalid" -> entry_invalid
-      | "rig.prepare-exception" -> prepare_exception
-      | "rig.free-once" -> free_once
-      | "rig.peer-mapping" -> peer_mapping
-      | "rig.pinned-fallback" -> pinned_fallback
-      | "rig.hang-bound" -> hang_bound
-      | "rig.alloc-rounding" -> alloc_rounding
-      | "rig.free-under-work" -> free_under_work
-      | "rig.map-host-declared" -> map_host_declared
-      | "rig.entry-rounds" -> entry_rounds
-      | "rig.grow-rounds" -> grow_rounds
-      | "rig.lock-discipline" -> lock_discipline
-      | _ -> invalid_arg ("no scenario " ^ name)
-    in
-    body ~seed acc
 end
 
-(* name, clauses, whether it needs the fake driver's knobs *)
-let table =
+(* A flow's body, over the package the case runs: Flows applied to it. *)
+module type FLOWS = sig
+  module P : Rig_edge.Package
+  module F : module type of Flows (P)
+end
+
+type needs = Any_driver | Fake_knobs
+
+(* Each flow once: its name, its clauses, what it needs, its body. *)
+type flow = {
+  name : string;
+  clauses : string list;
+  needs : needs;
+  run : (module FLOWS) -> seed:int -> finding list ref -> unit;
+}
+
+let flows =
+  let flow name clauses needs run = { name; clauses; needs; run } in
   [
-    ("rig.lifecycle", [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ], false);
-    ("rig.sleep-in-flight", [ "CNT-2" ], false);
-    ("rig.c-call-in-flight", [ "CNT-3" ], true);
-    ("rig.wait-for-work", [ "GUAR-7" ], false);
-    ("rig.release-kept", [ "CNT-5" ], false);
-    ("rig.fault", [ "CNT-6"; "STOP-1" ], false);
-    ("rig.exception-loses", [ "EXC-1" ], true);
-    ("rig.entry-invalid", [ "EXC-2" ], false);
-    ("rig.prepare-exception", [ "EXC-3" ], true);
-    ("rig.free-once", [ "GUAR-1"; "GUAR-5" ], false);
-    ("rig.peer-mapping", [ "GUAR-2"; "GUAR-3"; "GUAR-4" ], false);
-    ("rig.pinned-fallback", [ "GUAR-6" ], true);
-    ("rig.hang-bound", [ "GUAR-7"; "STOP-1" ], false);
-    ("rig.alloc-rounding", [ "MEM-1" ], false);
-    ("rig.free-under-work", [ "MEM-3" ], false);
-    ("rig.map-host-declared", [ "MEM-6" ], true);
-    ("rig.entry-rounds", [ "CODE-4" ], true);
-    ("rig.grow-rounds", [ "QUEUE-4"; "QUEUE-5"; "QUEUE-6" ], true);
-    ("rig.lock-discipline", [ "LOCK-1"; "LOCK-2"; "SIG-1" ], false);
+    flow "rig.lifecycle" [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ] Any_driver (fun (module X) -> X.F.lifecycle);
+    flow "rig.sleep-in-flight" [ "CNT-2" ] Any_driver (fun (module X) -> X.F.sleep_in_flight);
+    flow "rig.c-call-in-flight" [ "CNT-3" ] Fake_knobs (fun (module X) -> X.F.c_call_in_flight);
+    flow "rig.wait-for-work" [ "GUAR-7" ] Any_driver (fun (module X) -> X.F.wait_for_work);
+    flow "rig.release-kept" [ "CNT-5" ] Any_driver (fun (module X) -> X.F.release_kept);
+    flow "rig.fault" [ "CNT-6"; "STOP-1" ] Any_driver (fun (module X) -> X.F.fault);
+    flow "rig.exception-loses" [ "EXC-1" ] Fake_knobs (fun (module X) -> X.F.exception_loses);
+    flow "rig.entry-invalid" [ "EXC-2" ] Any_driver (fun (module X) -> X.F.entry_invalid);
+    flow "rig.prepare-exception" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.prepare_exception);
+    flow "rig.free-once" [ "GUAR-1"; "GUAR-5" ] Any_driver (fun (module X) -> X.F.free_once);
+    flow "rig.peer-mapping" [ "GUAR-2"; "GUAR-3"; "GUAR-4" ] Any_driver (fun (module X) -> X.F.peer_mapping);
+    flow "rig.pinned-fallback" [ "GUAR-6" ] Fake_knobs (fun (module X) -> X.F.pinned_fallback);
+    flow "rig.hang-bound" [ "GUAR-7"; "STOP-1" ] Any_driver (fun (module X) -> X.F.hang_bound);
+    flow "rig.alloc-rounding" [ "MEM-1" ] Any_driver (fun (module X) -> X.F.alloc_rounding);
+    flow "rig.free-under-work" [ "MEM-3" ] Any_driver (fun (module X) -> X.F.free_under_work);
+    flow "rig.map-host-declared" [ "MEM-6" ] Fake_knobs (fun (module X) -> X.F.map_host_declared);
+    flow "rig.entry-rounds" [ "CODE-4" ] Fake_knobs (fun (module X) -> X.F.entry_rounds);
+    flow "rig.grow-rounds" [ "QUEUE-4"; "QUEUE-5"; "QUEUE-6" ] Fake_knobs (fun (module X) -> X.F.grow_rounds);
+    flow "rig.lock-discipline" [ "LOCK-1"; "LOCK-2"; "SIG-1" ] Any_driver (fun (module X) -> X.F.lock_discipline);
   ]
 
 let of_violation (v : Validate.violation) =
@@ -401,10 +391,10 @@ let of_violation (v : Validate.violation) =
   in
   finding v.clause "%s [%s]" v.detail shown
 
-let case (name, clauses, needs_fake) =
+let case flow =
   let run (module P : Rig_edge.Package) ~seed =
     try
-      if needs_fake then fake_only (module P);
+      if flow.needs = Fake_knobs then fake_only (module P);
       let module F = Flows (P) in
       let acc = ref [] in
       let seen () =
@@ -414,7 +404,7 @@ let case (name, clauses, needs_fake) =
            hold: only the validation layer's findings count. *)
         if !Case.injecting then violations else List.rev !acc @ violations
       in
-      match F.run name ~seed acc with
+      match flow.run (module struct module P = P module F = F end : FLOWS) ~seed acc with
       | () | (exception Validate.Abandoned _) -> Ran (seen ())
       | exception Needs what -> Not_applicable ("needs " ^ what)
       | exception _ when !Case.injecting ->
@@ -424,16 +414,14 @@ let case (name, clauses, needs_fake) =
           (* A scenario that ends on an exception it did not expect: what the
              validation layer saw is still evidence, and the exception is a
              finding against the case's first clause. *)
-          Ran (seen () @ [ finding (List.hd clauses) "the scenario raised %s" (Printexc.to_string e) ])
+          Ran (seen () @ [ finding (List.hd flow.clauses) "the scenario raised %s" (Printexc.to_string e) ])
     with Needs what -> Not_applicable ("needs " ^ what)
   in
-  { name; clauses; run }
+  { Case.name = flow.name; clauses = flow.clauses; run }
 
-let cases = List.map case table
+let cases = List.map case flows
 
 (* ---- a flow over any package (asynchronous-exception cases) ---- *)
-
-let flows = table
 
 type flow_outcome = {
   raised : exn option;
@@ -442,17 +430,19 @@ type flow_outcome = {
   calls : (string * int) list;
 }
 
-let needs_fake name = List.exists (fun (n, _, fake) -> fake && n = name) table
+let needs_fake name = List.exists (fun f -> f.needs = Fake_knobs && f.name = name) flows
 
 let run_flow (module P : Rig_edge.Package) name ~seed =
-  (match List.find_opt (fun (n, _, _) -> n = name) table with
-  | Some (_, _, true) -> fake_only (module P)
-  | Some _ -> ()
-  | None -> invalid_arg ("no scenario " ^ name));
+  let flow =
+    match List.find_opt (fun f -> f.name = name) flows with
+    | Some f -> f
+    | None -> invalid_arg ("no scenario " ^ name)
+  in
+  if flow.needs = Fake_knobs then fake_only (module P);
   let module F = Flows (P) in
   let acc = ref [] in
   let raised =
-    match F.run name ~seed acc with
+    match flow.run (module struct module P = P module F = F end : FLOWS) ~seed acc with
     | () -> None
     | exception (Needs _ as e) -> F.close_all (); raise e
     | exception e -> F.close_all (); Some e

@@ -1,0 +1,120 @@
+(* The fake's knobs: its configuration and its mutants; see fake_knobs.mli. *)
+
+type config = {
+  device_bytes : int;
+  mapped_bytes : int;
+  pinned_bytes : int;
+  queue_slots : int;
+  may_block : bool;
+  host_addresses : bool;
+  maps_host : bool;
+  commit_hold_ms : int;  (** fake_set_commit_hold *)
+}
+
+let mib = 1 lsl 20
+
+let defaults =
+  {
+    device_bytes = mib;
+    mapped_bytes = mib;
+    pinned_bytes = mib;
+    queue_slots = 64;
+    may_block = false;
+    host_addresses = false;
+    maps_host = true;
+    commit_hold_ms = 0;
+  }
+
+(* Read at each open; atomics so that no lock is needed. *)
+let config = Atomic.make defaults
+
+(* (name, clause, description, code of enum fake_mutant) *)
+let mutant_table =
+  [
+    ("alloc-overlap", "MEM-2", "every second alloc aliases the previous region's memory", 1);
+    ("peer-live", "MEM-4", "peer answers false once either device is stopped or faulted", 2);
+    ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
+    ("map-host-exact", "MEM-7", "map_host maps exactly n bytes, not the whole pages", 4);
+    ("dma-vague", "MEM-8", "dma's Error for a malformed bus address does not name it", 5);
+    ("image-takes-anything", "CODE-1", "image takes a binary without its header as empty", 6);
+    ("entry-remakes", "CODE-2", "a second entry for f makes new scratch and a new handle", 7);
+    ("entry-leaks", "CODE-3", "entry keeps the scratch it could allocate on No_memory", 8);
+    ( "entry-too-big-no-memory",
+      "CODE-5",
+      "entry answers No_memory instead of Invalid_argument for more than the device has",
+      9 );
+    ("prepare-reports", "CODE-6", "prepare of an absent function raises Not_found", 10);
+    ("prepare-restarts", "CODE-7", "prepare of an f with an entry makes (and leaks) its scratch again", 11);
+    ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
+    ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
+    ("sleep-consumes-fault", "TIME-5", "only the first sleep after a fault raises Fault", 14);
+    ("stop-waits", "STOP-2", "stop waits for the running work to finish (3000 ms cap)", 15);
+    ("stop-no-last-value", "STOP-3", "stop never writes the last value when no work runs", 16);
+    ("stop-runs-encoded", "STOP-4", "stop runs the work encoded but not committed", 17);
+    ("stop-drops-word", "STOP-5", "stop releases the word: signaled answers 0 after it", 18);
+    ("late-word-write", "STOP-6", "the running spin's value lands after stop wrote the last one", 19);
+    ("free-touches-new", "STOP-8", "free after stop charges the newest device of the name", 20);
+    ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
+    ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
+    ("grow-writes-queue", "QUEUE-1", "grow puts the slots it makes straight into the pool room reads", 24);
+    ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
+    ("sleep-awaits-commit", "TIME-6", "sleep first waits until no commit of the device runs (3000 ms cap)", 45);
+    (* OCaml side only (fake_core.c ignores these codes): the locks of alloc. *)
+    ("unlock-by-hand", "ASYNC-2", "alloc counts and takes a lock by hand and gives it back after the call, not in a handler", 30);
+    ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
+    ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
+    ("signaled-busy", "LOCK-9", "signaled raises while an alloc is running (a device channel it shares, no lock)", 33);
+    ("make-in-lock", "LOCK-4", "an opener's make opens a device also when called inside a lock", 34);
+    ("sleep-unmasks", "SIG-2", "sleep unblocks every signal for its whole run, not only around its wait", 35);
+    ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
+    ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
+    ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
+    ("public-unmasked", "SIG-6", "its functions that start with the check of rig_holds () leave signals as the caller had them", 39);
+    ("masks-by-hand", "SIG-9", "its functions block signals with Thread.sigmask, not through Rig_edge_primitives", 40);
+    ("locate-waits", "LOCK-6", "locate enters a wait (for the device's channel) before it answers", 41);
+    ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
+    ("lock-uncounted", "LOCK-3", "alloc holds a mutex of its own while its OCaml code runs, without counting it (rig_hold)", 43);
+    ("wait-drops-lock", "ASYNC-2", "sleep gives its mutex back around its wait by hand and takes it again after: an exception that ends the wait skips the re-take, and its handler gives back a mutex it does not hold", 44);
+    (* The bus (fake_bus_* of fake_core.c). *)
+    ("dma-moves", "MEM-9", "dma moves the region's bytes to new memory that fn reaches, and answers Ok", 50);
+    ("dma-stale", "MEM-10", "fn reaches a copy of the region taken at dma, never brought up to date either way", 51);
+    ("free-unpins", "MEM-11", "free of a dma'd region gives its memory, still on the bus, to the next alloc", 52);
+    ("stop-releases-function", "MEM-11", "stop lets another open's dma take the function a dma of the device kept", 53);
+  ]
+
+(* The mutants of enum fake_mutant that only the sanitizers (mk/sanitize.mk)
+   find, not the harness's probes: kept out of mutant_table, since selftest
+   runs every mutant there against the cases of its clause and would report
+   the word race (no functional effect) as missed and the use after free as
+   a crash, or as nothing.  Same shape and codes. *)
+let fuzz_mutant_table =
+  [
+    ("word-race", "TIME-1", "the worker writes the word and signaled reads it with plain accesses (a data race)", 25);
+    ("stop-frees-regions", "STOP-5", "stop frees the regions rig made, so rig's later free uses them after free", 26);
+  ]
+
+let mutants = List.map (fun (n, c, d, _) -> (n, c, d)) mutant_table
+let m_peer_live = 2
+let m_dma_vague = 5
+let m_image_takes_anything = 6
+let m_prepare_reports = 10
+let m_stop_drops_word = 18
+let m_signaled_shadow = 23
+let m_free_touches_new = 20
+let m_unlock_by_hand = 30
+let m_alloc_in_protect_gap = 31
+let m_signaled_takes_lock = 32
+let m_signaled_busy = 33
+let m_make_in_lock = 34
+let m_sleep_unmasks = 35
+let m_sleep_keeps_runtime = 36
+let m_lock_order_inversion = 38
+let m_public_unmasked = 39
+let m_masks_by_hand = 40
+let m_locate_waits = 41
+let m_finaliser_unshielded = 42
+let m_lock_uncounted = 43
+let m_wait_drops_lock = 44
+
+(* The code of the mutant of devices opened from now on; 0 for none. *)
+let mutant = Atomic.make 0

@@ -1,0 +1,57 @@
+(** The fake driver's knobs, read at each open: the configuration of the
+    devices to open, and the mutant they are (each breaks one clause of
+    spec/clauses.tsv).  Fake's configure and set_mutant set them. *)
+
+(** What a device is made with. *)
+type config = {
+  device_bytes : int;
+  mapped_bytes : int;
+  pinned_bytes : int;
+  queue_slots : int;
+  may_block : bool;
+  host_addresses : bool;
+  maps_host : bool;
+  commit_hold_ms : int;  (** fake_set_commit_hold *)
+}
+
+val mib : int
+val defaults : config
+
+(** The configuration of the devices opened from now on. *)
+val config : config Atomic.t
+
+(** Every mutant: (name, clause, description, code of enum fake_mutant). *)
+val mutant_table : (string * string * string * int) list
+
+(** The C mutants only the sanitizers find (mk/sanitize.mk); same shape. *)
+val fuzz_mutant_table : (string * string * string * int) list
+
+(** {!mutant_table} without the codes. *)
+val mutants : (string * string * string) list
+
+(** {2 The codes of enum fake_mutant that the OCaml side tests} *)
+
+val m_peer_live : int
+val m_dma_vague : int
+val m_image_takes_anything : int
+val m_prepare_reports : int
+val m_stop_drops_word : int
+val m_signaled_shadow : int
+val m_free_touches_new : int
+val m_unlock_by_hand : int
+val m_alloc_in_protect_gap : int
+val m_signaled_takes_lock : int
+val m_signaled_busy : int
+val m_make_in_lock : int
+val m_sleep_unmasks : int
+val m_sleep_keeps_runtime : int
+val m_lock_order_inversion : int
+val m_public_unmasked : int
+val m_masks_by_hand : int
+val m_locate_waits : int
+val m_finaliser_unshielded : int
+val m_lock_uncounted : int
+val m_wait_drops_lock : int
+
+(** The code of the mutant of devices opened from now on; 0 for none. *)
+val mutant : int Atomic.t

@@ -1,0 +1,67 @@
+(* The fail-nth sweep; see fault_sweep.mli. *)
+
+(* --random N: N of the points, drawn from the seed (--seed, default 1): a
+   random fault plan that the same seed draws again. *)
+let random_plan (o : Cli.opts) points =
+  match o.random with
+  | None -> points
+  | Some n ->
+      let st = Random.State.make [| (match o.seeds with [ s ] -> s | _ -> 1) |] in
+      let tagged = List.map (fun p -> (Random.State.bits st, p)) points in
+      List.sort compare tagged |> List.filteri (fun i _ -> i < n) |> List.map snd
+
+let clean_job (o : Cli.opts) ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = None; inject }
+
+let sweep_runs ?(with_census = false) (o : Cli.opts) cases =
+  let job = clean_job o in
+  Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);
+  let census = Session.run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in
+  let points =
+    List.concat_map
+      (fun (r : Runner.result) ->
+        List.concat_map
+          (fun (fn, n) ->
+            List.concat_map
+              (fun kind -> List.init n (fun k -> job ~inject:{ Injection.fn; nth = k + 1; kind } r.job.case))
+              (Injection.kinds_for fn))
+          (Injection.swept r.calls))
+      census
+    |> random_plan o |> Session.in_shard o
+  in
+  Printf.printf "sweep: %d injection points%s\n%!" (List.length points)
+    (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
+  (* Points of one scenario share a child, as many as its clean run says fit
+     in a couple of seconds: the process per point is most of a quick run. *)
+  let batch =
+    match o.batch with
+    | Some n -> fun _ -> n
+    | None -> (
+        fun (j : Runner.job) ->
+          match List.find_opt (fun (r : Runner.result) -> r.job.case.name = j.case.name) census with
+          | Some r -> max 1 (min 64 (int_of_float (2.0 /. Float.max 0.001 r.seconds)))
+          | None -> 1)
+  in
+  (if with_census then Session.in_shard o census else []) @ Session.run_jobs ~batch o ~what:"sweep" points
+
+let report_sweep (o : Cli.opts) ~cases ~selected ~report results =
+  let lines = Report.verdicts ~cases ~selected results in
+  let failures =
+    List.filter
+      (fun (r : Runner.result) -> match r.outcome with Findings (_ :: _) | Crashed _ | Timed_out _ -> true | _ -> false)
+      results
+  in
+  List.iter
+    (fun (r : Runner.result) ->
+      let what =
+        match r.outcome with
+        | Findings fs -> String.concat "; " (List.map (fun (f : Case.finding) -> f.clause ^ ": " ^ f.detail) fs)
+        | Crashed how -> "crashed: " ^ how
+        | Timed_out { limit; running } ->
+            Printf.sprintf "killed after %.0f s%s" limit (match running with Some w -> " " ^ w | None -> "")
+        | Not_applicable _ -> ""
+      in
+      Printf.printf "FAIL %s\n     replay: %s\n" (Report.for_terminal what) (Report.for_terminal (Runner.replay r.job)))
+    failures;
+  Report.print_table ~color:o.color (List.filter (fun (l : Report.line) -> l.verdict <> Report.Unchecked) lines);
+  Report.write_json report ~driver:o.driver ~seeds:[ 1 ] ~interrupted:(Session.interrupted () <> None) ~runs:results lines;
+  List.length failures

@@ -1,0 +1,17 @@
+(** Systematic fault injection (fail-nth), as certify and sweep run it: a
+    clean run of each rig-side case counts its driver calls, then each call
+    is failed in each way the document allows there, one run each; and what
+    sweep and async-sweep print and write of such runs. *)
+
+(** A sweep's run of a case: seed 1, no mutant, the injection if any. *)
+val clean_job : Cli.opts -> ?inject:Injection.t -> Case.t -> Runner.job
+
+(** [sweep_runs ?with_census o cases]: the injected runs of [cases], and,
+    [with_census], the counting runs too (certify has its own). *)
+val sweep_runs : ?with_census:bool -> Cli.opts -> Case.t list -> Runner.result list
+
+(** [report_sweep o ~cases ~selected ~report results]: each failing run with
+    its replay line, the verdicts of the clauses reached, the JSON report;
+    answers the number of failing runs. *)
+val report_sweep :
+  Cli.opts -> cases:Case.t list -> selected:Catalog.clause list -> report:string -> Runner.result list -> int

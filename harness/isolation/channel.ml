@@ -1,0 +1,106 @@
+(* The child's channel; see channel.mli. *)
+
+external channel_write : int -> string -> bool = "rig_iso_channel_write"
+external unsetenv : string -> unit = "rig_iso_unsetenv"
+external cloexec : int -> unit = "rig_iso_cloexec"
+
+let channel_var = "RIG_CONFORM_CHANNEL"
+let calls_var = "RIG_CONFORM_CALLS"
+
+(* Under PIPE_BUF (4096 on Linux): one write, never interleaved. *)
+let max_record = 3800
+
+let target : (int * string) option ref = ref None
+let since_point = ref 0
+
+let attach_from_environment () =
+  (match Sys.getenv_opt channel_var with
+  | Some v -> (
+      match String.index_opt v ':' with
+      | Some i -> (
+          match int_of_string_opt (String.sub v 0 i) with
+          | Some fd ->
+              cloexec fd;
+              target := Some (fd, String.sub v (i + 1) (String.length v - i - 1))
+          | None -> ())
+      | None -> ())
+  | None -> ());
+  (match Option.bind (Sys.getenv_opt calls_var) int_of_string_opt with
+  | Some fd -> ignore (Call_trace.attach fd)
+  | None -> ());
+  unsetenv channel_var;
+  unsetenv calls_var
+
+let one_line s = String.map (function '\n' | '\r' -> ' ' | c -> c) s
+
+let write line =
+  match !target with
+  | None -> print_string line; flush stdout
+  | Some (fd, token) ->
+      let line = token ^ " " ^ line in
+      (* A channel the driver closed: the run cannot report, which the
+         certifier sees as a run without its end. *)
+      if not (channel_write fd line) then exit 125
+
+let say record =
+  let r = one_line record in
+  let r = if String.length r > max_record then String.sub r 0 (max_record - 3) ^ "..." else r in
+  incr since_point;
+  write (r ^ "\n")
+
+let start_point what =
+  since_point := 0;
+  write ("POINT\t" ^ one_line what ^ "\n")
+
+(* A person reading the records needs no count. *)
+let say_done () =
+  let n = !since_point in
+  since_point := 0;
+  write (if !target = None then "DONE\n" else Printf.sprintf "DONE\t%d\n" n)
+
+let environment ~fd ~token ~calls_fd =
+  [ Printf.sprintf "%s=%d:%s" channel_var fd token; Printf.sprintf "%s=%d" calls_var calls_fd ]
+
+let new_token () =
+  let ic = open_in_bin "/dev/urandom" in
+  let b = really_input_string ic 16 in
+  close_in ic;
+  String.concat "" (List.map (fun c -> Printf.sprintf "%02x" (Char.code c)) (List.of_seq (String.to_seq b)))
+
+(* A line longer than this is no record of ours: dropped as it comes. *)
+let max_line = 8192
+
+type reader = {
+  prefix : string;
+  partial : Buffer.t;
+  mutable overlong : bool;
+  mutable records : string list;  (* newest first *)
+  mutable foreign : int;
+}
+
+let reader ~token = { prefix = token ^ " "; partial = Buffer.create 256; overlong = false; records = []; foreign = 0 }
+
+let line r l =
+  if String.starts_with ~prefix:r.prefix l then
+    r.records <- String.sub l (String.length r.prefix) (String.length l - String.length r.prefix) :: r.records
+  else r.foreign <- r.foreign + String.length l + 1
+
+let feed r bytes =
+  String.iter
+    (fun c ->
+      if c = '\n' then begin
+        if r.overlong then r.foreign <- r.foreign + 1 else line r (Buffer.contents r.partial);
+        Buffer.clear r.partial;
+        r.overlong <- false
+      end
+      else if r.overlong then r.foreign <- r.foreign + 1
+      else if Buffer.length r.partial >= max_line then begin
+        r.foreign <- r.foreign + Buffer.length r.partial + 1;
+        Buffer.clear r.partial;
+        r.overlong <- true
+      end
+      else Buffer.add_char r.partial c)
+    bytes
+
+let records r = List.rev r.records
+let foreign_bytes r = r.foreign + Buffer.length r.partial

@@ -1,0 +1,160 @@
+(* Isolated children; see child_process.mli. *)
+
+external spawn_raw : string -> string array -> string array -> Unix.file_descr array -> int = "rig_iso_spawn"
+external poll : int -> int * int = "rig_iso_poll"
+external kill_group : int -> unit = "rig_iso_kill_group"
+external kill : int -> unit = "rig_iso_kill"
+external reap : int -> unit = "rig_iso_reap"
+external subreaper : unit -> unit = "rig_iso_subreaper"
+external rev_signal : int -> int = "rig_iso_ocaml_signal"
+
+type ended = Exited of int | Killed of int | Stopped of int
+
+(* What the child writes on stdout and stderr: the first and the last
+   bytes, so that a flood costs the certifier nothing. *)
+let keep_head = 4096
+let keep_tail = 16384
+
+type output = { head : Buffer.t; mutable tail : string; mutable total : int }
+
+type t = {
+  pid : int;
+  out : Unix.file_descr;
+  chan : Unix.file_descr;
+  calls : Unix.file_descr;
+  reader : Channel.reader;
+  output : output;
+  mutable open_ : bool;
+  mutable at_end : Unix.file_descr list;  (* pipes whose writers are all gone *)
+  mutable flight : (int * string list) list;
+}
+
+let pid c = c.pid
+
+let spawn ~prog ~args =
+  let out_r, out_w = Unix.pipe ~cloexec:true () in
+  let chan_r, chan_w = Unix.pipe ~cloexec:true () in
+  let calls = Call_trace.create () in
+  let token = Channel.new_token () in
+  (* The child's descriptors: 1 and 2 its output, 3 the channel, 4 the page. *)
+  let env = Array.append (Array.of_list (Channel.environment ~fd:3 ~token ~calls_fd:4)) (Unix.environment ()) in
+  let pid =
+    Fun.protect
+      ~finally:(fun () -> Unix.close out_w; Unix.close chan_w)
+      (fun () ->
+        try spawn_raw prog (Array.of_list (prog :: args)) env [| out_w; out_w; chan_w; calls |]
+        with e -> Unix.close out_r; Unix.close chan_r; Unix.close calls; raise e)
+  in
+  Unix.set_nonblock out_r;
+  Unix.set_nonblock chan_r;
+  { pid; out = out_r; chan = chan_r; calls; reader = Channel.reader ~token;
+    output = { head = Buffer.create 1024; tail = ""; total = 0 }; open_ = true; at_end = []; flight = [] }
+
+(* A pipe at its end would wake every select at once: left out. *)
+let descriptors c = if c.open_ then List.filter (fun fd -> not (List.memq fd c.at_end)) [ c.out; c.chan ] else []
+
+let add_output o s =
+  o.total <- o.total + String.length s;
+  let room = keep_head - Buffer.length o.head in
+  let s =
+    if room > 0 then begin
+      let k = min room (String.length s) in
+      Buffer.add_string o.head (String.sub s 0 k);
+      String.sub s k (String.length s - k)
+    end
+    else s
+  in
+  if s <> "" then begin
+    let t = o.tail ^ s in
+    o.tail <- (if String.length t > keep_tail then String.sub t (String.length t - keep_tail) keep_tail else t)
+  end
+
+let buf = Bytes.create 65536
+
+(* Reads until the pipe is empty for now (or a bound, so that a child that
+   floods cannot hold the certifier here). *)
+let read_some c fd consume =
+  let rec go budget =
+    if budget > 0 then
+      match Unix.read fd buf 0 (Bytes.length buf) with
+      | 0 -> if not (List.memq fd c.at_end) then c.at_end <- fd :: c.at_end
+      | n -> consume (Bytes.sub_string buf 0 n); go (budget - 1)
+      | exception Unix.Unix_error ((Unix.EAGAIN | Unix.EWOULDBLOCK | Unix.EINTR), _, _) -> ()
+      | exception Unix.Unix_error _ -> if not (List.memq fd c.at_end) then c.at_end <- fd :: c.at_end
+  in
+  go 64
+
+let drain c =
+  if c.open_ then begin
+    read_some c c.out (add_output c.output);
+    read_some c c.chan (Channel.feed c.reader)
+  end
+
+let of_poll = function
+  | 1, n -> Some (Exited n)
+  | 2, s -> Some (Killed (rev_signal s))
+  | 3, s -> Some (Stopped (rev_signal s))
+  | _ -> None
+
+let ended c = of_poll (poll c.pid)
+
+let finish c =
+  let how = ended c in
+  kill_group c.pid;
+  kill c.pid;
+  reap c.pid;
+  if c.open_ then begin
+    drain c;
+    c.flight <- Call_trace.in_flight c.calls;
+    List.iter (fun fd -> try Unix.close fd with Unix.Unix_error _ -> ()) [ c.out; c.chan; c.calls ];
+    c.open_ <- false
+  end;
+  how
+
+let records c = Channel.records c.reader
+let foreign_bytes c = Channel.foreign_bytes c.reader
+let in_flight c = c.flight
+let output c = (Buffer.contents c.output.head, c.output.tail, c.output.total)
+
+let last_lines c n =
+  let head, tail, total = output c in
+  let text = if total <= keep_head + keep_tail then head ^ tail else tail in
+  let printable = String.map (fun ch -> if ch = '\n' || (ch >= ' ' && ch < '\127') then ch else '?') text in
+  let lines = List.filter (fun l -> String.trim l <> "") (String.split_on_char '\n' printable) in
+  let k = List.length lines in
+  let cut l = if String.length l > 300 then String.sub l 0 297 ^ "..." else l in
+  String.concat " | " (List.map cut (List.filteri (fun i _ -> i >= k - n) lines))
+
+let become_subreaper () = subreaper ()
+
+(* pid, parent and process group of each process, from /proc. *)
+let processes () =
+  let stat pid =
+    match In_channel.with_open_bin (Printf.sprintf "/proc/%s/stat" pid) In_channel.input_all with
+    | s -> (
+        (* The command name may hold spaces and parentheses: read after the last ')'. *)
+        match String.rindex_opt s ')' with
+        | Some i -> (
+            match String.split_on_char ' ' (String.sub s (i + 2) (String.length s - i - 2)) with
+            | _state :: ppid :: pgrp :: _ -> Option.map (fun p -> (int_of_string pid, p, int_of_string pgrp)) (int_of_string_opt ppid)
+            | _ -> None)
+        | None -> None)
+    | exception _ -> None
+  in
+  match Sys.readdir "/proc" with
+  | entries -> Array.to_list entries |> List.filter_map (fun e -> if e <> "" && e.[0] >= '0' && e.[0] <= '9' then stat e else None)
+  | exception Sys_error _ -> []
+
+let end_strays ~keep =
+  let me = Unix.getpid () in
+  let rec round n ended =
+    if n = 0 then ended
+    else
+      let strays = List.filter (fun (pid, ppid, pgrp) -> ppid = me && not (List.mem pid keep || List.mem pgrp keep)) (processes ()) in
+      if strays = [] then ended
+      else begin
+        List.iter (fun (pid, _, _) -> kill pid; reap pid) strays;
+        round (n - 1) (ended + List.length strays)
+      end
+  in
+  round 50 0

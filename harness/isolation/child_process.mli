@@ -1,0 +1,60 @@
+(** A child process of the certifier, isolated from it: its own process
+    group (the terminal's Ctrl-C and a kill of the group reach it alone, and
+    everything it starts there ends with it), stdin from /dev/null, stdout
+    and stderr into one pipe kept bounded, a {!Channel} of its own, and a
+    {!Call_trace} page.  Nothing it writes can be taken for a record, and
+    nothing it does blocks the certifier. *)
+
+type t
+
+(** How a child ended. *)
+type ended = Exited of int | Killed of int  (** OCaml's signal number *) | Stopped of int
+
+(** [spawn ~prog ~args]: starts [prog] with [args] (argv.(0) is [prog]). *)
+val spawn : prog:string -> args:string list -> t
+
+val pid : t -> int
+
+(** The descriptors to wait on with [Unix.select] for this child. *)
+val descriptors : t -> Unix.file_descr list
+
+(** [drain c]: reads what is there now on the child's descriptors, never
+    blocking. *)
+val drain : t -> unit
+
+(** [ended c]: how the child ended, or [None] while it runs.  Does not reap
+    it. *)
+val ended : t -> ended option
+
+(** [finish c]: kills the child's process group (the child itself if it
+    still runs), reaps it, reads what is left on its pipes and the call page,
+    and closes them.  Answers how it ended ([None]: it was killed here). *)
+val finish : t -> ended option
+
+(** What was read on the channel (valid after [finish], or so far). *)
+val records : t -> string list
+
+(** Bytes on the channel that were not this child's records. *)
+val foreign_bytes : t -> int
+
+(** The calls in flight when it ended (after [finish]). *)
+val in_flight : t -> (int * string list) list
+
+(** The start of what it wrote on stdout and stderr, and its end, each
+    bounded; and how many bytes it wrote in all. *)
+val output : t -> string * string * int
+
+(** [last_lines c n]: its last [n] lines of output, joined by " | ". *)
+val last_lines : t -> int -> string
+
+(** {1 What a driver leaves behind} *)
+
+(** [become_subreaper ()]: processes orphaned below the certifier are
+    re-parented to it, not to init. *)
+val become_subreaper : unit -> unit
+
+(** [end_strays ~keep]: kills and reaps every child of the certifier that is
+    not one of [keep] (pids of children it runs) nor in one of their process
+    groups: what a driver started and left, re-parented here.  Repeats until
+    none is found.  Answers how many it ended. *)
+val end_strays : keep:int list -> int

@@ -1,0 +1,168 @@
+(* Code probes (CODE-1, CODE-2, CODE-3, CODE-5, CODE-6, CODE-7); see
+   code_probes.mli. *)
+
+open Rig_edge
+open Probes
+module Prim = Rig_edge_primitives
+
+(* CODE-1: image takes kit.binary and refuses kit.refused_binary with Error. *)
+let code1_image (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-1" ~seed (fun s ->
+      let dev = K.open_first s in
+      (match K.image s dev P.kit.binary with
+      | Ok _ -> ()
+      | Error why -> K.flag s "image refuses kit.binary: %s" why);
+      match P.kit.refused_binary with
+      | None -> ()
+      | Some b -> (
+          match K.image s dev b with
+          | Error _ -> ()
+          | Ok _ -> K.flag s "image takes kit.refused_binary instead of answering Error"
+          | exception e -> K.flag s "image of kit.refused_binary raised %s instead of answering Error" (Printexc.to_string e)))
+
+(* CODE-2: a second entry makes nothing new; Absent for an absent name; a
+   launch needs no memory beyond what entry made. *)
+let code2_entry (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-2" ~seed (fun s ->
+      let dev = K.open_first s in
+      let need = 4096 * (4 + K.int s 12) in
+      let i, f = K.scratch_image s dev need in
+      let h =
+        match K.entry i f with
+        | Entry h -> h
+        | Absent -> raise (Skip (spf "setup: entry of the scratch function %S is Absent" f))
+        | No_memory k -> raise (Skip (spf "setup: first entry is No_memory %d" k))
+      in
+      let before = K.free_bytes s dev in
+      let second = K.entry i f in
+      let after = K.free_bytes s dev in
+      (match second with
+      | Entry h' when h' = h -> ()
+      | Entry h' -> K.flag s "a second entry of %S answered a new handle (%Ld, then %Ld)" f h h'
+      | Absent -> K.flag s "a second entry of %S answered Absent" f
+      | No_memory k -> K.flag s "a second entry of %S answered No_memory %d" f k);
+      if after <> before then
+        K.flag s "a second entry of %S changed free Device memory from %d to %d bytes" f before after;
+      let absent = spf "probe-absent-%d" (K.int s 100000) in
+      (match K.entry i absent with
+      | Absent -> ()
+      | Entry _ -> K.flag s "entry of %S, which the image lacks, answered Entry" absent
+      | No_memory k -> K.flag s "entry of %S, which the image lacks, answered No_memory %d" absent k);
+      (* A launch with the device's memory full must still run. *)
+      let launch = [ Launch { entry = h; args = [] } ] in
+      ignore (K.run_or_skip s dev launch "a first launch of the scratch function");
+      let fillers = K.take s dev max_int in
+      (match K.submit dev launch with
+      | Error _ -> () (* queues may need memory: not this clause *)
+      | Ok v -> (
+          match K.wait_value s dev v ~ms:3000 with
+          | Reached -> ()
+          | w -> K.flag s "a launch of %S with the Device memory full: %s" f (K.describe_wait w)));
+      if dev.lost = None then ignore (K.wait_value s dev dev.last ~ms:3000);
+      List.iter K.free_reg fillers)
+
+(* CODE-3: No_memory n (n >= the need), having made nothing. *)
+let code3_no_memory (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-3" ~seed (fun s ->
+      let dev = K.open_first s in
+      let need = 4096 * (8 + K.int s 8) in
+      let i, f = K.scratch_image s dev need in
+      let free0 = K.free_bytes s dev in
+      if free0 < need then raise (Skip (spf "setup: the device has %d bytes free, less than %d" free0 need));
+      let keep = word * (1 + K.int s ((need / word) - 2)) in
+      let fillers = K.take s dev (free0 - keep) in
+      let before = K.free_bytes s dev in
+      if before <= 0 || before >= need then
+        raise (Skip (spf "setup: could not leave between 0 and %d bytes free (%d)" need before));
+      let answer = K.entry i f in
+      let after = K.free_bytes s dev in
+      (match answer with
+      | No_memory k when k >= need -> ()
+      | No_memory k -> K.flag s "entry with %d bytes free answered No_memory %d, fewer than the %d bytes %S needs" before k need f
+      | Entry _ -> K.flag s "entry of %S, which needs %d bytes, answered Entry with %d bytes free" f need before
+      | Absent -> K.flag s "entry of %S answered Absent" f);
+      if after <> before then
+        K.flag s "entry answering No_memory changed free Device memory from %d to %d bytes" before after;
+      List.iter K.free_reg fillers;
+      match K.entry i f with
+      | Entry _ -> ()
+      | No_memory k -> K.flag s "with the memory freed again, entry of %S still answers No_memory %d" f k
+      | Absent -> K.flag s "with the memory freed again, entry of %S answers Absent" f)
+
+(* CODE-5: Invalid_argument for a function that needs more than the device
+   has. *)
+let code5_too_big (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-5" ~seed (fun s ->
+      let dev = K.open_first s in
+      let free0 = K.free_bytes s dev in
+      let need = round_up (max (1 lsl 30) ((4 * free0) + 4096 + (4096 * K.int s 16))) 4096 in
+      let i, f = K.scratch_image s dev need in
+      match Prim.masked (fun () -> P.D.entry i.image f) with
+      | exception Invalid_argument _ -> ()
+      | exception e ->
+          i.idev.lost <- Some (Printexc.to_string e);
+          K.flag s "entry of a function needing %d bytes (the device has %d free) raised %s, not Invalid_argument" need free0
+            (Printexc.to_string e)
+      | No_memory k ->
+          K.flag s "entry of a function needing %d bytes (the device has %d free) answered No_memory %d, not Invalid_argument"
+            need free0 k
+      | Entry _ -> K.flag s "entry of a function needing %d bytes (the device has %d free) answered Entry" need free0
+      | Absent -> K.flag s "entry of a function needing %d bytes answered Absent" need)
+
+(* CODE-6: prepare reports nothing; the next entry answers as entry would. *)
+let code6_prepare (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-6" ~seed (fun s ->
+      let dev = K.open_first s in
+      let i, f = K.function_to_prepare s dev in
+      let prepare g = Prim.masked (fun () -> P.D.prepare i.image g) in
+      let absent = spf "probe-absent-%d" (K.int s 100000) in
+      (match prepare absent with
+      | () -> ()
+      | exception e -> K.flag s "prepare of %S, which the image lacks, raised %s" absent (Printexc.to_string e));
+      (match K.entry i absent with
+      | Absent -> ()
+      | Entry _ -> K.flag s "entry after prepare of %S, which the image lacks, answered Entry" absent
+      | No_memory k -> K.flag s "entry after prepare of %S, which the image lacks, answered No_memory %d" absent k);
+      (match prepare f with
+      | () -> ()
+      | exception e -> K.flag s "prepare of %S raised %s" f (Printexc.to_string e));
+      (* Whether a later entry answers the same handle is CODE-2's. *)
+      match K.entry i f with
+      | Entry _ -> ()
+      | Absent -> K.flag s "entry of %S after its prepare answered Absent" f
+      | No_memory k -> K.flag s "entry of %S after its prepare answered No_memory %d" f k)
+
+(* CODE-7: prepares of a function that has an entry make nothing.  prepare
+   may start its work and return: the memory is measured again once a
+   moment has passed, and not through a second entry, whose making nothing
+   new is CODE-2's. *)
+let code7_prepare_idle (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-7" ~seed (fun s ->
+      let dev = K.open_first s in
+      let i, f = K.function_to_prepare s dev in
+      (match K.entry i f with Entry _ -> () | _ -> raise (Skip (spf "setup: entry of %S is not Entry" f)));
+      let before = K.free_bytes s dev in
+      let times = 2 + K.int s 2 in
+      for _ = 1 to times do
+        try Prim.masked (fun () -> P.D.prepare i.image f) with _ -> ()
+      done;
+      Thread.delay 0.1;
+      let after = K.free_bytes s dev in
+      if after <> before then
+        K.flag s "%d prepares of %S, which had an entry, changed free Device memory from %d to %d bytes" times f before after)
+
+let cases =
+  [
+    case "probe.CODE-1.image" "CODE-1" code1_image;
+    case "probe.CODE-2.entry-once" "CODE-2" code2_entry;
+    case "probe.CODE-3.no-memory" "CODE-3" code3_no_memory;
+    case "probe.CODE-5.too-big" "CODE-5" code5_too_big;
+    case "probe.CODE-6.prepare-silent" "CODE-6" code6_prepare;
+    case "probe.CODE-7.prepare-idle" "CODE-7" code7_prepare_idle;
+  ]

@@ -1,0 +1,190 @@
+(* Memory probes (MEM-2, MEM-4, MEM-5, MEM-7, MEM-8); see mem_probes.mli. *)
+
+open Rig_edge
+open Probes
+
+(* MEM-2: regions of each kind hold their own bytes, and place.size >= n. *)
+let mem2_distinct (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"MEM-2" ~seed (fun s ->
+      let dev = K.open_first s in
+      let regions = ref [] in
+      let get kind label =
+        for _ = 1 to 2 + K.int s 3 do
+          let n = word * (1 + K.int s 2048) in
+          let r = match kind with `Device -> K.alloc s dev Device n | `Host -> K.alloc_host s dev n in
+          match r with
+          | None -> ()
+          | Some r ->
+              let size = (K.place r).size in
+              if size < n then K.flag s "alloc of %d bytes of %s memory: place.size is %d" n label size;
+              regions := (label, n, r) :: !regions
+        done
+      in
+      get `Device "Device";
+      get `Host "Mapped/Pinned";
+      let regions = List.rev !regions in
+      (* The patterns go in only once every region exists, so that a later
+         alloc over an earlier region's memory shows. *)
+      let written =
+        List.filter_map
+          (fun (label, n, r) ->
+            let p = K.pattern s n in
+            if K.write r ~off:0 p then Some (label, n, r, p) else None)
+          regions
+      in
+      if written = [] then raise (Skip "no region the host can reach");
+      List.iteri
+        (fun i (label, n, r, p) ->
+          match K.read r ~off:0 ~len:n with
+          | Some got when got <> p ->
+              let j = ref 0 in
+              while got.[!j] = p.[!j] do incr j done;
+              K.flag s "region %d (%s, %d bytes) does not hold the bytes written into it: byte %d reads %02x, not %02x (alloc overlaps another region?)"
+                i label n !j (Char.code got.[!j]) (Char.code p.[!j])
+          | _ -> ())
+        written)
+
+(* MEM-4: peer answers the same once either device is stopped. *)
+let mem4_peer_stable (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"MEM-4" ~seed (fun s ->
+      let a, b = K.open_two s in
+      let ab = P.D.peer a.d b.d and ba = P.D.peer b.d a.d in
+      let n = word * (1 + K.int s 1024) in
+      let try_map x y yes =
+        if yes then
+          match K.alloc s y Device n with
+          | None -> ()
+          | Some r -> (
+              match K.map_peer s x r with
+              | _ -> ()
+              | exception e ->
+                  K.flag s "peer %s %s is true, but map_peer of %d bytes of Device memory raised %s" x.oname y.oname n
+                    (Printexc.to_string e))
+      in
+      try_map a b ab;
+      try_map b a ba;
+      let check when_ =
+        let ab' = P.D.peer a.d b.d and ba' = P.D.peer b.d a.d in
+        if ab' <> ab then K.flag s "peer %s %s was %b at open, %b %s" a.oname b.oname ab ab' when_;
+        if ba' <> ba then K.flag s "peer %s %s was %b at open, %b %s" b.oname a.oname ba ba' when_
+      in
+      K.close s b;
+      check (spf "once %s is stopped" b.oname);
+      K.close s a;
+      check "once both are stopped")
+
+(* MEM-5: map_peer maps the memory of r itself, both ways, also for work. *)
+let mem5_map_peer_live (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"MEM-5" ~seed (fun s ->
+      let a, b = K.open_two s in
+      let kinds = (if P.D.peer a.d b.d then [ `Device ] else []) @ [ `Host ] in
+      let tested = ref 0 in
+      List.iter
+        (fun kind ->
+          let n = word * (4 + K.int s 1024) in
+          let label = match kind with `Device -> "Device" | `Host -> "Mapped/Pinned" in
+          let r = match kind with `Device -> K.alloc s b Device n | `Host -> K.alloc_host s b n in
+          match r with
+          | None -> ()
+          | Some r ->
+              let mp = K.map_peer s a r in
+              if K.reachable r && K.reachable mp then begin
+                incr tested;
+                let p1 = K.pattern s n in
+                ignore (K.write r ~off:0 p1);
+                if K.read mp ~off:0 ~len:n <> Some p1 then
+                  K.flag s "%s memory of %s: bytes written into r after map_peer do not show through %s's mapping" label
+                    b.oname a.oname;
+                let p2 = K.pattern s n in
+                ignore (K.write mp ~off:0 p2);
+                if K.read r ~off:0 ~len:n <> Some p2 then
+                  K.flag s "%s memory of %s: bytes written through %s's mapping do not show in r" label b.oname a.oname;
+                let off = word * K.int s (n / word) in
+                let len = 1 + K.int s (n - off) in
+                let bt = K.byte s in
+                match K.submit a [ K.fill_part mp ~off ~len ~byte:bt ] with
+                | Error e -> K.flag s "a Fill of %s's mapping could not be submitted: %s" a.oname e
+                | Ok v -> (
+                    match K.wait_value s a v ~ms:3000 with
+                    | Reached -> (
+                        match K.read r ~off ~len with
+                        | Some got when got <> String.make len (Char.chr bt) ->
+                            K.flag s "%s memory of %s: a Fill on %s of bytes [%d,%d) of the mapping with %02x does not show in r"
+                              label b.oname a.oname off (off + len) bt
+                        | _ -> ())
+                    | w -> K.flag s "a Fill on %s of its mapping of %s memory: %s" a.oname label (K.describe_wait w))
+              end)
+        kinds;
+      if !tested = 0 then raise (Skip "no map_peer mapping of a region the host can reach"))
+
+(* MEM-7: map_host maps the whole pages: a Fill of the last word, and on to
+   the end of its page, reaches host memory. *)
+let mem7_whole_pages (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"MEM-7" ~seed (fun s ->
+      let dev = K.open_first s in
+      if not dev.facts.maps_host then raise (Skip "device does not declare maps_host");
+      let addr, ba = K.host_pages s 8192 in
+      Bigarray.Array1.fill ba '\000';
+      (* n: one page and some bytes, not a multiple of the word. *)
+      let n = 4096 + (word * K.int s 1000) + 1 + K.int s (word - 1) in
+      let r = K.map_host s dev addr n in
+      let fill_and_check ~off ~len what =
+        let bt = 1 + K.int s 255 in
+        match K.submit dev [ K.fill_part r ~off ~len ~byte:bt ] with
+        | Error e ->
+            K.flag s "map_host of %d bytes: a Fill of %s could not be submitted: %s" n what e;
+            false
+        | Ok v -> (
+            match K.wait_value s dev v ~ms:3000 with
+            | Reached ->
+                let bad = ref None in
+                for i = off to off + len - 1 do
+                  if !bad = None && Char.code (Bigarray.Array1.get ba i) <> bt then bad := Some i
+                done;
+                (match !bad with
+                | Some i ->
+                    K.flag s "map_host of %d bytes: a Fill of %s [%d,%d) with %02x left host byte %d at %02x" n what off
+                      (off + len) bt i (Char.code (Bigarray.Array1.get ba i))
+                | None -> ());
+                true
+            | w ->
+                K.flag s "map_host of %d bytes: a Fill of %s [%d,%d) %s" n what off (off + len) (K.describe_wait w);
+                false)
+      in
+      let lo = n / word * word and hi = round_up n word in
+      if fill_and_check ~off:lo ~len:(hi - lo) "the last word" && hi < 8192 then
+        ignore (fill_and_check ~off:hi ~len:(8192 - hi) "the rest of the last page"))
+
+(* MEM-8: dma's Errors name a malformed or absent fn; the kit's fn reaches. *)
+let mem8_dma_errors (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"MEM-8" ~seed (fun s ->
+      let fn = K.need_item "bus_function" P.kit.bus_function in
+      let dev = K.open_first s in
+      let n = word * (1 + K.int s 1024) in
+      let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      let dma fn = K.call dev (fun () -> P.D.dma dev.d r.region ~fn) in
+      let bad = [ (spf "not-a-bus-%d" (K.int s 1000), "not a bus address"); ("0000:ff:1f.7", "no function of the machine") ] in
+      List.iter
+        (fun (bad, what) ->
+          match dma bad with
+          | Error why when contains ~sub:bad why -> ()
+          | Error why -> K.flag s "dma ~fn:%S (%s) is Error %S, which does not name fn" bad what why
+          | Ok (Bus a) -> K.flag s "dma ~fn:%S (%s) answered Bus 0x%Lx" bad what a)
+        bad;
+      match dma fn with
+      | Ok (Bus _) -> ()
+      | Error why -> K.flag s "dma ~fn:%S (kit.bus_function) of %d bytes of Device memory is Error %S" fn n why)
+
+let cases =
+  [
+    case "probe.MEM-2.distinct-regions" "MEM-2" mem2_distinct;
+    case "probe.MEM-4.peer-after-stop" "MEM-4" mem4_peer_stable;
+    case "probe.MEM-5.map-peer-live" "MEM-5" mem5_map_peer_live;
+    case "probe.MEM-7.whole-pages" "MEM-7" mem7_whole_pages;
+    case "probe.MEM-8.dma-errors" "MEM-8" mem8_dma_errors;
+  ]

@@ -1,0 +1,232 @@
+(* Stopping probes (STOP-2 ... STOP-8); see stop_probes.mli. *)
+
+open Rig_edge
+open Probes
+
+(* STOP-2: stop returns at once with work hanging. *)
+let stop2_no_wait (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-2" ~seed (fun s ->
+      let hang = K.need_item "hang" P.kit.hang in
+      let dev = K.open_first s in
+      let h = K.kit_entry s dev "hang" hang in
+      ignore (K.launch dev h "hang");
+      dev.hung <- true;
+      Thread.delay (0.02 +. (0.01 *. float_of_int (K.int s 5)));
+      dev.lost <- Some "hang bound";
+      match K.stop s dev ~bound_ms:6000 with
+      | K.Stop_returned t | K.Stop_raised (_, t) ->
+          if t > 2.0 then K.flag s "with work hanging, stop took %.0f ms to return" (t *. 1000.))
+
+(* STOP-3: with no work running, stop writes the last value before it
+   returns. *)
+let stop3_uncommitted (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-3" ~seed (fun s ->
+      let dev = K.open_first s in
+      let n = word * (1 + K.int s 256) in
+      let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      let done_v = K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill" in
+      let v =
+        match K.submit ~commit:false dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] with
+        | Ok v -> v
+        | Error e -> raise (Skip (spf "setup: an uncommitted Fill: %s" e))
+      in
+      ignore (K.stop s dev ~bound_ms:6000);
+      let w = P.D.signaled dev.d in
+      (* A word below the value it showed before stop was dropped: STOP-5's. *)
+      if w <> v && w >= done_v then
+        K.flag s "right after stop returned, with no work running, the word reads %d, not the last value %d given to submit" w v)
+
+(* STOP-3: with work running, the last value arrives once it ends. *)
+let stop3_running (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-3" ~seed (fun s ->
+      let spin = K.need_item "spin" P.kit.spin in
+      let dev = K.open_first s in
+      let n = word * (1 + K.int s 256) in
+      let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      let done_v = K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill" in
+      let h = K.kit_entry s dev "spin" spin in
+      let ms = 150 + K.int s 150 in
+      let v =
+        match K.submit dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] with
+        | Ok v -> v
+        | Error e -> raise (Skip (spf "setup: a spin launch: %s" e))
+      in
+      ignore (K.stop s dev ~bound_ms:6000);
+      let w = K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v || w < done_v) in
+      if w <> v && w >= done_v then
+        K.flag s "%d ms after stop (work spinning %d ms), the word reads %d, not the last value %d given to submit"
+          (ms + 3000) ms w v)
+
+(* STOP-4: work encoded but not committed does not run at stop. *)
+let stop4_drop_encoded (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-4" ~seed (fun s ->
+      let n = word * (1 + K.int s 512) in
+      let a, witness =
+        match K.openers () with
+        | [] -> raise (Skip "the package has no opener")
+        | o :: rest -> (
+            let a = K.open_dev s o in
+            if a.facts.maps_host then (a, K.host_witness s a n)
+            else
+              match rest with
+              | [] -> raise (Skip "needs a device that declares maps_host or a second device")
+              | o2 :: _ -> (
+                  let b = K.open_dev s o2 in
+                  match K.peer_witness s a b n with
+                  | Some w -> (a, w)
+                  | None -> raise (Skip "no region of one device that another device's mapping reaches")))
+      in
+      let b0 = K.byte s in
+      witness.wwrite ~off:0 (String.make n (Char.chr b0));
+      let b1 = K.other_byte s b0 in
+      ignore (K.run_or_skip s a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b1 ] "a committed Fill");
+      let expect = String.make n (Char.chr b1) in
+      if witness.wread ~off:0 ~len:n <> expect then raise (Skip "setup: the witness does not show the device's work");
+      let b2 = K.other_byte s b1 in
+      (match K.submit ~commit:false a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b2 ] with
+      | Ok _ -> ()
+      | Error e -> raise (Skip (spf "setup: an uncommitted Fill: %s" e)));
+      ignore (K.stop s a ~bound_ms:6000);
+      ignore (K.settled a ~ms:1000);
+      Thread.delay 0.05;
+      let got = witness.wread ~off:0 ~len:n in
+      if got <> expect then
+        let i = ref 0 in
+        while got.[!i] = expect.[!i] do incr i done;
+        K.flag s "after stop, byte %d of a region reads %02x, not %02x: a Fill with %02x that was submitted but never committed ran"
+          !i (Char.code got.[!i]) b1 b2)
+
+(* STOP-5: stop keeps the word (signaled still reads the last value) and
+   releases nothing rig made (a region still holds its bytes). *)
+let stop5_keeps (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-5" ~seed (fun s ->
+      let n = word * (1 + K.int s 512) in
+      let a, b =
+        match K.openers () with
+        | [] -> raise (Skip "the package has no opener")
+        | [ o ] -> (K.open_dev s o, None)
+        | o1 :: o2 :: _ ->
+            let a = K.open_dev s o1 in
+            (a, Some (K.open_dev s o2))
+      in
+      let r =
+        match K.alloc_host s a n with
+        | Some r -> r
+        | None -> ( match K.alloc s a Device n with Some r -> r | None -> raise (Skip "setup: no memory"))
+      in
+      let p = K.pattern s n in
+      let have_bytes = K.write r ~off:0 p in
+      let off = word * K.int s (n / word) in
+      let len = 1 + K.int s (n - off) in
+      let bt = K.byte s in
+      let v = K.run_or_skip s a [ K.fill_part r ~off ~len ~byte:bt ] "a Fill" in
+      let expect = String.sub p 0 off ^ String.make len (Char.chr bt) ^ String.sub p (off + len) (n - off - len) in
+      (* The mapping is made once the bytes are in, so that the check holds
+         whatever map_peer does. *)
+      let mapping =
+        match b with
+        | Some b when have_bytes -> (
+            match K.map_peer s b r with
+            | mp when K.read mp ~off:0 ~len:n = Some expect -> Some mp
+            | _ -> None
+            | exception _ -> None)
+        | _ -> None
+      in
+      if P.D.signaled a.d <> v then raise (Skip "setup: the word does not read the completed value");
+      ignore (K.stop s a ~bound_ms:6000);
+      let bad = ref None in
+      let deadline = now () +. 0.3 +. (0.01 *. float_of_int (K.int s 20)) in
+      while now () < deadline && !bad = None do
+        let w = P.D.signaled a.d in
+        if w <> v then bad := Some w else Thread.delay 0.01
+      done;
+      (match !bad with
+      | Some w -> K.flag s "after stop, signaled reads %d, not the last value %d the word showed before stop" w v
+      | None -> ());
+      match mapping with
+      | None -> ()
+      | Some mp ->
+          if K.read mp ~off:0 ~len:n <> Some expect then
+            K.flag s "after %s's stop, its region read through %s's mapping no longer holds its bytes" a.oname mp.dev.oname)
+
+(* STOP-6: once the word shows the last value and stop returned, the word
+   stays. *)
+let stop6_no_late_write (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-6" ~seed (fun s ->
+      let spin = K.need_item "spin" P.kit.spin in
+      let dev = K.open_first s in
+      let n = word * (1 + K.int s 256) in
+      let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      let h = K.kit_entry s dev "spin" spin in
+      let ms = 300 + K.int s 100 in
+      (match K.submit dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] with
+      | Ok _ -> ()
+      | Error e -> raise (Skip (spf "setup: a spin launch: %s" e)));
+      let v =
+        match K.submit dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] with
+        | Ok v -> v
+        | Error e -> raise (Skip (spf "setup: a Fill behind the spin: %s" e))
+      in
+      ignore (K.stop s dev ~bound_ms:6000);
+      if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) = v then begin
+        let t0 = now () in
+        let bad = ref None in
+        while now () -. t0 < 0.6 && !bad = None do
+          let w = P.D.signaled dev.d in
+          if w <> v then bad := Some (w, now () -. t0) else Thread.delay 0.01
+        done;
+        match !bad with
+        | Some (w, t) ->
+            K.flag s "the word showed the last value %d after stop returned, then %.0f ms later read %d" v (t *. 1000.) w
+        | None -> ()
+      end)
+
+(* STOP-8: free and unload after stop touch nothing of a new device of the
+   same hardware. *)
+let stop8_old_frees (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-8" ~seed (fun s ->
+      let o = match K.openers () with o :: _ -> o | [] -> raise (Skip "the package has no opener") in
+      let a = K.open_dev s o in
+      let count = 2 + K.int s 4 in
+      let regions = List.init count (fun _ -> K.alloc s a Device (4096 * (1 + K.int s 16))) in
+      let some = List.find_map Fun.id regions in
+      (match some with
+      | Some r -> ignore (K.run_or_skip s a [ K.fill_part r ~off:0 ~len:r.size ~byte:(K.byte s) ] "a Fill")
+      | None -> ());
+      ignore (K.binary_image s a);
+      K.close s a;
+      if not (K.settled a ~ms:3000) then raise (Skip "setup: the first device's word did not reach its last value");
+      let b = K.open_dev s o in
+      let n = word * (1 + K.int s 256) in
+      let rb = K.alloc s b Device n in
+      let p = K.pattern s n in
+      let have_bytes = match rb with Some rb -> K.write rb ~off:0 p | None -> false in
+      let before = K.free_bytes s b in
+      K.release_dev s a;
+      let after = K.free_bytes s b in
+      if after <> before then
+        K.flag s "free and unload on the stopped %s changed the new device's free Device memory from %d to %d bytes" o.name
+          before after;
+      match rb with
+      | Some rb when have_bytes ->
+          if K.read rb ~off:0 ~len:n <> Some p then
+            K.flag s "free and unload on the stopped %s changed the bytes of a region of the new device" o.name
+      | _ -> ())
+
+let cases =
+  [
+    case "probe.STOP-2.no-wait" "STOP-2" stop2_no_wait;
+    case "probe.STOP-3.uncommitted" "STOP-3" stop3_uncommitted;
+    case "probe.STOP-3.running" "STOP-3" stop3_running;
+    case "probe.STOP-4.drop-encoded" "STOP-4" stop4_drop_encoded;
+    case "probe.STOP-5.keeps-word" "STOP-5" stop5_keeps;
+    case "probe.STOP-6.no-late-write" "STOP-6" stop6_no_late_write;
+    case "probe.STOP-8.old-frees" "STOP-8" stop8_old_frees;
+  ]

@@ -1,0 +1,151 @@
+(* Timeline probes (TIME-3, TIME-4, TIME-5, TIME-6); see time_probes.mli. *)
+
+open Rig_edge
+open Probes
+
+(* TIME-3: sleep returns at once when the word already differs from seen. *)
+let time3_early_return (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"TIME-3" ~seed (fun s ->
+      let dev = K.open_first s in
+      let n = word * (1 + K.int s 256) in
+      let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      for _ = 1 to 1 + K.int s 3 do
+        ignore (K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill")
+      done;
+      let w = P.D.signaled dev.d in
+      List.iter
+        (fun seen ->
+          let outcome, ms = K.timed_sleep s dev ~seen ~still_ms:2000 ~bound_ms:6000 in
+          match outcome with
+          | K.Returned | K.Faulted _ | K.Other _ ->
+              if ms > 1000. then
+                K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms instead of returning at once" w seen ms)
+        [ w - 1; w + 1 + K.int s 5 ])
+
+(* How late past still_ms a sleep may return on a loaded machine (TIME-4,
+   TIME-6). *)
+let sleep_slack_ms = 1000
+
+(* TIME-4: with work hanging, sleep returns (or raises Fault) by still_ms. *)
+let time4_bounded_sleep (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"TIME-4" ~seed (fun s ->
+      let hang = K.need_item "hang" P.kit.hang in
+      let dev = K.open_first s in
+      let h = K.kit_entry s dev "hang" hang in
+      ignore (K.launch dev h "hang");
+      dev.hung <- true;
+      Thread.delay 0.05;
+      let rec go k =
+        if k > 0 then begin
+          let still = 30 + K.int s 70 in
+          let w = P.D.signaled dev.d in
+          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
+          if ms > float_of_int (still + sleep_slack_ms) then
+            K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms" w still ms;
+          match outcome with K.Faulted _ -> () | _ -> go (k - 1)
+        end
+      in
+      go 2)
+
+(* TIME-5: after a fault, every sleep raises Fault. *)
+let time5_fault_sticks (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"TIME-5" ~seed (fun s ->
+      let fault = K.need_item "fault" P.kit.fault in
+      let dev = K.open_first s in
+      let h = K.kit_entry s dev "fault" fault in
+      ignore (K.launch dev h "fault");
+      let deadline = now () +. 3. in
+      let rec first () =
+        match K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:20 ~bound_ms:6000 with
+        | K.Faulted why -> Some why
+        | _ -> if now () > deadline then None else first ()
+      in
+      match first () with
+      | None -> K.flag s "sleep did not raise Fault within 3 s of a launch of the fault function %S" fault
+      | Some why ->
+          let again = 3 + K.int s 3 in
+          for k = 1 to again do
+            match K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:20 ~bound_ms:6000 with
+            | K.Faulted _ -> ()
+            | K.Returned -> K.flag s "sleep call %d after the Fault (%s) returned instead of raising Fault" k why
+            | K.Other e -> K.flag s "sleep call %d after the Fault (%s) raised %s instead of Fault" k why (Printexc.to_string e)
+          done)
+
+(* TIME-6: sleep called while another thread's submit or commit runs
+   behaves as sleep must: it returns by still_ms (with slack for a loaded
+   machine).  A thread submits small pieces of work while this one sleeps
+   over and over; the calls of either that began or ended while the other
+   ran are counted, and with none the case is n/a.  The fake's commits are
+   held (its commit_hold_ms knob, with may_block so that the held commit
+   lets the runtime go), so that the sleeps surely overlap one. *)
+let time6_hold_ms = 1500
+
+let time6_sleep_during_submit (module P : Package) ~seed =
+  let module K = Kit (P) in
+  let held = P.name = Fake.name in
+  if held then Fake.configure ~may_block:true ~commit_hold_ms:time6_hold_ms ();
+  Fun.protect ~finally:(fun () -> if held then Fake.configure ()) @@ fun () ->
+  K.run ~clause:"TIME-6" ~seed (fun s ->
+      let dev = K.open_first s in
+      let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      let rounds = if held then 1 else 200 in
+      (* A sleep too long with nothing else running is TIME-4's. *)
+      let alone = 20 + K.int s 30 in
+      let _, ms = K.timed_sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:alone ~bound_ms:(alone + 5000) in
+      if ms > float_of_int (alone + sleep_slack_ms) then
+        raise (Skip (spf "sleep ~still_ms:%d took %.0f ms with no submit running (TIME-4's probe judges that)" alone ms));
+      let sleeping = Atomic.make false and submitting = Atomic.make false in
+      let over = Atomic.make false and overlaps = Atomic.make 0 and failed = Atomic.make None in
+      let submitter =
+        Thread.create
+          (fun () ->
+            let rec go i =
+              if i <= rounds then begin
+                Atomic.set submitting true;
+                let during = Atomic.get sleeping in
+                let res = try K.submit dev [ K.fill_part r ~off:0 ~len:word ~byte:(i land 255) ] with e -> Error (Printexc.to_string e) in
+                if during || Atomic.get sleeping then Atomic.incr overlaps;
+                Atomic.set submitting false;
+                match res with Ok _ -> go (i + 1) | Error e -> Atomic.set failed (Some (i, e))
+              end
+            in
+            go 1;
+            Atomic.set over true)
+          ()
+      in
+      let rec sleeps () =
+        if not (Atomic.get over) then begin
+          let still = 20 + K.int s 30 in
+          let w = P.D.signaled dev.d in
+          Atomic.set sleeping true;
+          let during = Atomic.get submitting in
+          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
+          Atomic.set sleeping false;
+          if during then Atomic.incr overlaps;
+          if ms > float_of_int (still + sleep_slack_ms) then
+            K.flag s "sleep ~seen:%d ~still_ms:%d, called while another thread submitted and committed work, returned after %.0f ms"
+              w still ms;
+          match outcome with K.Faulted _ | K.Other _ -> () | K.Returned -> sleeps ()
+        end
+      in
+      (* A sleep that outlived its bound abandons the case from here,
+         leaving the submitter to the process's end. *)
+      sleeps ();
+      Thread.join submitter;
+      (match Atomic.get failed with
+      | Some (i, e) -> raise (Skip (spf "setup: submission %d of %d: %s" i rounds e))
+      | None -> ());
+      if Atomic.get overlaps = 0 then
+        raise (Skip (spf "no sleep overlapped a submit or commit in %d submissions" rounds));
+      ignore (K.wait_value s dev dev.last ~ms:3000))
+
+let cases =
+  [
+    case "probe.TIME-3.early-return" "TIME-3" time3_early_return;
+    case "probe.TIME-4.bounded-sleep" "TIME-4" time4_bounded_sleep;
+    case "probe.TIME-5.fault-sticks" "TIME-5" time5_fault_sticks;
+    case "probe.TIME-6.sleep-during-submit" "TIME-6" time6_sleep_during_submit;
+  ]
