@@ -248,15 +248,11 @@ FAILS = [
     Hostile("partial-line-hides-stop-3", HOSTILE, "hostile-partial-hides", None, "STOP-3", None, "30"),
     Hostile("flood-stderr", HOSTILE, "hostile-alloc-flood-stderr", None, "MEM-2", "alloc"),
     Hostile("sigstop", HOSTILE, "hostile-alloc-sigstop", None, "MEM-2", "alloc"),
-    Hostile("kill-parent-term", HOSTILE, "hostile-alloc-kill-parent-term", None, "MEM-2", None),
-    Hostile("kill-parent-int", HOSTILE, "hostile-alloc-kill-parent-int", None, "MEM-2", None),
     Hostile("kill-group-int", HOSTILE, "hostile-alloc-kill-group-int", None, "MEM-2", None),
     Hostile("kill-group-term", HOSTILE, "hostile-alloc-kill-group-term", None, "MEM-2", None),
     Hostile("sigterm-ignored-hang", HOSTILE, "hostile-sigterm-ignored-alloc-block", None, "MEM-2", "alloc"),
     Hostile("raise-bad-bytes", HOSTILE, "hostile-alloc-raise-bytes", None, "MEM-2", None),
     Hostile("bad-bytes-segv", HOSTILE, "hostile-alloc-bytes-segv", None, "MEM-2", "alloc"),
-    Hostile("load-atexit-hang", LOAD, "hostile-load", "atexit-hang", "MEM-2", None),
-    Hostile("load-atexit-abort", LOAD, "hostile-load", "atexit-abort", "MEM-2", None),
 ]
 
 
@@ -273,6 +269,19 @@ def test_a_misbehaving_driver_fails_its_cases(plugins, tmp_path, piddir, h):
     if h.call:
         for c in chosen:
             assert names_call(clause(run, c)["evidence"], h.call), clause(run, c)["evidence"]
+
+
+@pytest.mark.parametrize("way", ["atexit-hang", "atexit-abort"])
+def test_an_exit_handler_of_the_plugin_gets_no_pass(plugins, tmp_path, piddir, way):
+    # Registered as the plugin loads: it runs wherever the plugin is loaded,
+    # and never in the certifier.  Whether that is the load's failure (every
+    # clause) or the cases' (those selected) is the certifier's choice.
+    run = certify(tmp_path, piddir, LOAD, "hostile-load", "--only", "MEM-2", "--seeds", "1", "--timeout", "3",
+                  load=way)
+    assert_whole(run)
+    assert run.code == 1
+    assert verdicts(run)["MEM-2"] == "fail"
+    assert "pass" not in verdicts(run).values()
 
 
 # ------------------------------------------------------------ LOAD_FAILS
@@ -344,6 +353,10 @@ NO_BETTER = [
     Hostile("fork", HOSTILE, "hostile-make-fork", None, "MEM-2,STOP-2,TIME-4", None),
     Hostile("double-fork-setsid", HOSTILE, "hostile-make-double-fork", None, "MEM-2,STOP-2,TIME-4", None),
     Hostile("load-fork", LOAD, "hostile-load", "fork", "MEM-2", None),
+    # A stop signal to the certifier: it may ignore it or fail the case, but
+    # it must not stop (the report would say interrupted).
+    Hostile("kill-parent-term", HOSTILE, "hostile-alloc-kill-parent-term", None, "MEM-2", None),
+    Hostile("kill-parent-int", HOSTILE, "hostile-alloc-kill-parent-int", None, "MEM-2", None),
 ]
 
 
