@@ -170,7 +170,8 @@ let started_pids : (int, unit) Hashtbl.t = Hashtbl.create 64
 let is_ours pid = Hashtbl.mem started_pids pid
 
 let spawn_args args =
-  let c = Child_process.spawn ~prog:Sys.executable_name ~args in
+  (* This very program, whatever has become of its file since it started. *)
+  let c = Child_process.spawn ~argv0:Sys.argv.(0) ~prog:"/proc/self/exe" ~args () in
   Hashtbl.replace started_pids (Child_process.pid c) ();
   c
 

@@ -31,7 +31,7 @@ type t = {
 
 let pid c = c.pid
 
-let spawn ~prog ~args =
+let spawn ?argv0 ~prog ~args () =
   let out_r, out_w = Unix.pipe ~cloexec:true () in
   let chan_r, chan_w = Unix.pipe ~cloexec:true () in
   let calls = Call_trace.create () in
@@ -42,7 +42,7 @@ let spawn ~prog ~args =
     Fun.protect
       ~finally:(fun () -> Unix.close out_w; Unix.close chan_w)
       (fun () ->
-        try spawn_raw prog (Array.of_list (prog :: args)) env [| out_w; out_w; chan_w; calls |]
+        try spawn_raw prog (Array.of_list (Option.value argv0 ~default:prog :: args)) env [| out_w; out_w; chan_w; calls |]
         with e -> Unix.close out_r; Unix.close chan_r; Unix.close calls; raise e)
   in
   Unix.set_nonblock out_r;

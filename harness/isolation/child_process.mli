@@ -10,8 +10,10 @@ type t
 (** How a child ended. *)
 type ended = Exited of int | Killed of int  (** OCaml's signal number *) | Stopped of int
 
-(** [spawn ~prog ~args]: starts [prog] with [args] (argv.(0) is [prog]). *)
-val spawn : prog:string -> args:string list -> t
+(** [spawn ~prog ~args]: starts [prog] with [args] (argv.(0) is [prog]).
+    [prog] "/proc/self/exe" with [argv0] starts this very program, also
+    when its file was replaced since it started (a rebuild). *)
+val spawn : ?argv0:string -> prog:string -> args:string list -> unit -> t
 
 val pid : t -> int
 
