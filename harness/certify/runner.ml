@@ -181,8 +181,9 @@ type running = {
 let call_limit = function "sleep" | "stop" | "signaled" | "locate" | "peer" -> 5. | _ -> 30.
 let known_hang_limit = 1.
 
-(* The functions that hung, per driver (plugins) and mutant: the replay line
-   of the run where each hung first. *)
+(* The functions that hung, per driver (plugins) and mutant: "case C, seed
+   S" of the run where each hung first (a run of its own: a batch's hang
+   marks nothing, its point runs again alone). *)
 let hangs : (string * string list * string option * string, string) Hashtbl.t = Hashtbl.create 8
 let hang_key j fn = (j.driver, j.plugins, j.mutant, fn)
 
@@ -241,12 +242,13 @@ let collect ?overstay r ended ~timed_out =
           Hashtbl.replace hangs (hang_key j fn) (Printf.sprintf "case %s, seed %d" j.case.name j.seed)
       | _ -> ());
       ([ (i, { job = j; outcome; calls = calls_of records; seconds }) ], [])
-  | batch when overstay <> None -> ([], batch)
-  | batch when (match ended with Some (Exited (0 | 1)) -> false | _ -> true) && not timed_out ->
+  | batch when overstay = None && (not timed_out) && (match ended with Some (Exited (0 | 1)) -> false | _ -> true) ->
       (* The batch failed after its points (at exit, say): each point again
          alone, so that the one to blame has its own verdict. *)
       ([], batch)
   | batch ->
+      (* Ended early (a hang, the limit): the points that reached their end
+         keep their verdict, the others run again alone. *)
       let segs = segments records in
       let n = List.length batch in
       List.fold_left

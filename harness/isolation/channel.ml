@@ -13,18 +13,33 @@ let max_record = 3800
 let target : (int * string) option ref = ref None
 let since_point = ref 0
 
+(* The token comes on a pipe of its own, read once and closed: it is in no
+   environment a driver could read (/proc/self/environ keeps the first one). *)
+let read_token fd =
+  let buf = Bytes.create 64 in
+  let rec go n =
+    match Unix.read fd buf n (Bytes.length buf - n) with
+    | 0 -> n
+    | k -> go (n + k)
+    | exception Unix.Unix_error (Unix.EINTR, _, _) -> go n
+    | exception Unix.Unix_error _ -> n
+  in
+  let n = go 0 in
+  (try Unix.close fd with Unix.Unix_error _ -> ());
+  Bytes.sub_string buf 0 n
+
+let fd_of_int (n : int) : Unix.file_descr = Obj.magic n
+
 let attach_from_environment () =
-  (match Sys.getenv_opt channel_var with
-  | Some v -> (
-      match String.index_opt v ':' with
-      | Some i -> (
-          match int_of_string_opt (String.sub v 0 i) with
-          | Some fd ->
-              cloexec fd;
-              target := Some (fd, String.sub v (i + 1) (String.length v - i - 1))
-          | None -> ())
-      | None -> ())
-  | None -> ());
+  (match Option.map (String.split_on_char ':') (Sys.getenv_opt channel_var) with
+  | Some [ chan; tok ] -> (
+      match (int_of_string_opt chan, int_of_string_opt tok) with
+      | Some fd, Some tok_fd ->
+          cloexec fd;
+          let token = read_token (fd_of_int tok_fd) in
+          if token <> "" then target := Some (fd, token)
+      | _ -> ())
+  | _ -> ());
   (match Option.bind (Sys.getenv_opt calls_var) int_of_string_opt with
   | Some fd -> ignore (Call_trace.attach fd)
   | None -> ());
@@ -58,8 +73,8 @@ let say_done () =
   since_point := 0;
   write (if !target = None then "DONE\n" else Printf.sprintf "DONE\t%d\n" n)
 
-let environment ~fd ~token ~calls_fd =
-  [ Printf.sprintf "%s=%d:%s" channel_var fd token; Printf.sprintf "%s=%d" calls_var calls_fd ]
+let environment ~fd ~token_fd ~calls_fd =
+  [ Printf.sprintf "%s=%d:%d" channel_var fd token_fd; Printf.sprintf "%s=%d" calls_var calls_fd ]
 
 let new_token () =
   let ic = open_in_bin "/dev/urandom" in

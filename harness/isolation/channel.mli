@@ -1,7 +1,8 @@
 (** The channel on which a child tells the certifier what its case found:
     a pipe of its own (never the stdout and stderr the driver also writes
     to), each record a line that starts with a token drawn for that child
-    alone.  Bytes a driver writes there are not records: they are counted
+    alone, which reaches it on a pipe it reads once and closes before any
+    driver code loads.  Bytes a driver writes there are not records: they are counted
     and dropped.  The last record of a run, [DONE], says how many records
     came before it, so that a lost or mangled record is seen.
 
@@ -30,8 +31,9 @@ val say_done : unit -> unit
 (** {1 In the certifier} *)
 
 (** The environment entries that give a child its channel on descriptor
-    [fd] with [token], and its call page on descriptor [calls_fd]. *)
-val environment : fd:int -> token:string -> calls_fd:int -> string list
+    [fd], the token on a pipe it reads from descriptor [token_fd] (never
+    in the environment), and its call page on descriptor [calls_fd]. *)
+val environment : fd:int -> token_fd:int -> calls_fd:int -> string list
 
 (** A fresh token, unguessable by the child's driver. *)
 val new_token : unit -> string

@@ -36,13 +36,17 @@ let spawn ?argv0 ~prog ~args () =
   let chan_r, chan_w = Unix.pipe ~cloexec:true () in
   let calls = Call_trace.create () in
   let token = Channel.new_token () in
-  (* The child's descriptors: 1 and 2 its output, 3 the channel, 4 the page. *)
-  let env = Array.append (Array.of_list (Channel.environment ~fd:3 ~token ~calls_fd:4)) (Unix.environment ()) in
+  let tok_r, tok_w = Unix.pipe ~cloexec:true () in
+  ignore (Unix.write_substring tok_w token 0 (String.length token));
+  Unix.close tok_w;
+  (* The child's descriptors: 1 and 2 its output, 3 the channel, 4 the page,
+     5 the token. *)
+  let env = Array.append (Array.of_list (Channel.environment ~fd:3 ~token_fd:5 ~calls_fd:4)) (Unix.environment ()) in
   let pid =
     Fun.protect
-      ~finally:(fun () -> Unix.close out_w; Unix.close chan_w)
+      ~finally:(fun () -> Unix.close out_w; Unix.close chan_w; Unix.close tok_r)
       (fun () ->
-        try spawn_raw prog (Array.of_list (Option.value argv0 ~default:prog :: args)) env [| out_w; out_w; chan_w; calls |]
+        try spawn_raw prog (Array.of_list (Option.value argv0 ~default:prog :: args)) env [| out_w; out_w; chan_w; calls; tok_r |]
         with e -> Unix.close out_r; Unix.close chan_r; Unix.close calls; raise e)
   in
   Unix.set_nonblock out_r;
