@@ -62,5 +62,3 @@ let set m =
   | _ -> ());
   active := m;
   install_active ()
-
-let is name = !active = Some name

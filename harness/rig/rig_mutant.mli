@@ -26,6 +26,3 @@ val step : 'a -> 'a ref
     variant in place of the conforming steps, whenever {!set} names it (at
     once if it is already set). *)
 val register : (string * (unit -> unit)) list -> unit
-
-(** [is name]: whether that mutant is active. *)
-val is : string -> bool
