@@ -1,58 +1,35 @@
-(* The reference rig; see rig.mli.  rig's own lock guards its records only:
-   no driver call is ever made while it is held (LOCK-1). *)
+(* The reference rig; see rig.mli.  How it calls a driver (counting, masks,
+   losses, the word) is Rig_calls; here is what it asks of the driver for
+   each of the program's calls.  The steps a mutant replaces are
+   [Rig_mutant.step]s, dereferenced where they run; their variants are in
+   Mutants, at the end. *)
 
 exception Device_lost of string
 exception Out_of_memory of int
 
+open Rig_types
 module P = Rig_edge_primitives
-module M = Rig_mutant
 
 (* An allocation tries four times: once, then after each of three rounds of
    reclamation (spec/decisions.md, "Rounds of reclamation"). *)
 let asks = 4
 
-(* The functions whose other exceptions lose the device (EXC-1). *)
-let losing_fns =
-  [ "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "reach"; "entry"; "grow"; "unload" ]
-
-let now_ms () = Unix.gettimeofday () *. 1000.
+let step = Rig_mutant.step
+let now_ms = Rig_calls.now_ms
 
 module Make (D : Rig_edge.Driver) = struct
-  type device = {
-    d : D.t;
-    name : string;
-    facts : D.region Rig_edge.facts;
-    mutable in_flight : int;
-    mutable lost : string option;
-    mutable fault : string option;  (* for stop: a Fault's text or the hang bound *)
-    mutable stopped : bool;
-    mutable released : bool;
-    mutable word_freed : bool;
-    mutable drained : bool;  (* stopped, and its word read the last value: its memory may go *)
-    mutable next_value : int;
-    mutable last_submitted : int;
-    mutable observed : int;
-    mutable last_move : float;
-    mutable buffers : buffer list;  (* live: not yet given back to the driver *)
-    mutable given_back : buffer list;  (* only for the double-free mutant *)
-    mutable images : image list;
-    mutable kept : (int * Obj.t list) list;  (* Rig.Submission.make: values work keeps alive *)
-  }
+  module C =
+    Rig_calls.Make (D)
+      (struct
+        exception Device_lost = Device_lost
+        exception Out_of_memory = Out_of_memory
+      end)
 
-  and buffer = {
-    b : D.region;
-    dev : device;
-    bsize : int;
-    kind : kind;
-    mutable user_freed : bool;
-    mutable freed : bool;
-    mutable maps : int;      (* live map_peer buffers over it *)
-    mutable last_use : int;  (* the value of the last work that uses it *)
-  }
+  open C
 
-  and kind = Allocated | Peer_of of buffer | Host
-  and image = { i : D.image; idev : device; mutable unloaded : bool }
-
+  type device = C.device
+  type buffer = (D.t, D.region, D.image) Rig_types.buffer
+  type image = (D.t, D.region, D.image) Rig_types.image
   type arg = Buf of buffer | Int of int
 
   type part =
@@ -60,118 +37,33 @@ module Make (D : Rig_edge.Driver) = struct
     | Copy of buffer * int * buffer * int * int
     | Launch of int64 * arg list
 
-  let rig_lock = P.Lock.create ~rig:true "rig"
-  let changed = Condition.create ()
-  let with_rig f = P.Lock.protect rig_lock f
-  let hang_ms = ref 2000
   let set_hang_ms ms = hang_ms := ms
   let by_name : (string, device) Hashtbl.t = Hashtbl.create 8
 
-  (* Every public call starts here: a call of rig's made inside a lock raises
-     Invalid_argument as it starts (LOCK-2). *)
-  let start fn = if not (M.is "no-lock-check") then P.check_unheld ("Rig." ^ fn)
-
-  let lose dev ?fault why =
-    with_rig (fun () ->
-        if dev.lost = None then begin
-          dev.lost <- Some why;
-          dev.fault <- fault
-        end;
-        Condition.broadcast changed)
-
-  let enter dev =
-    with_rig (fun () ->
-        match dev.lost with
-        | Some why -> raise (Device_lost why)
-        | None -> dev.in_flight <- dev.in_flight + 1)
-
-  let leave dev =
-    with_rig (fun () ->
-        dev.in_flight <- dev.in_flight - 1;
-        Condition.broadcast changed)
-
-  let loses fn e =
-    match e with
-    | Invalid_argument _ when fn = "entry" -> M.is "lose-on-entry-invalid"
-    | _ when fn = "prepare" -> M.is "lose-on-prepare-exn"
-    | _ -> List.mem fn losing_fns && not (M.is "ignore-exception")
-
-  (* The no-stop-after-async mutant: an exception it does not know (an
-     asynchronous one) makes it forget the device: close neither stops nor
-     frees nor unloads it. *)
-  let recognised = function
-    | D.Fault _ | Invalid_argument _ | Failure _ | Not_found | Stdlib.Out_of_memory | Out_of_memory _ | Device_lost _ | Sys_error _ | End_of_file | Exit
-    | Division_by_zero | Stack_overflow ->
-        true
-    | _ -> false
-
-  let forget dev =
-    with_rig (fun () ->
-        dev.stopped <- true;
-        dev.released <- true)
-
-  (* A counted call: counted, masked, its outcome recorded (a loss) before
-     the mask is given back (SIG-1). *)
-  let counted ?(mask = true) ?(count = true) dev fn f =
-    if count then enter dev
-    else with_rig (fun () -> match dev.lost with Some why -> raise (Device_lost why) | None -> ());
-    let m = if mask then Some (P.mask ()) else None in
-    let finish () =
-      if count then leave dev;
-      Option.iter P.restore m
-    in
-    match f () with
-    | v -> finish (); v
-    | exception D.Fault why ->
-        if M.is "ignore-fault" then with_rig (fun () -> if dev.fault = None then dev.fault <- Some why)
-        else lose dev ~fault:why (fn ^ ": Fault " ^ why);
-        finish ();
-        raise (Device_lost why)
-    | exception e ->
-        if loses fn e then lose dev (fn ^ ": " ^ Printexc.to_string e);
-        finish ();
-        if M.is "no-stop-after-async" && not (recognised e) then forget dev;
-        raise e
-
-  (* The C functions: masked, counted where the device declares may_block (CNT-3). *)
-  let c_call dev fn f = counted ~count:(dev.facts.may_block && not (M.is "uncounted-c-calls")) dev fn f
-
-  let uncounted_masked f = P.masked f
-
-  (* After stop, and for reclamation on a stopped device: uncounted, faults dropped. *)
-  let dropping_faults f = try Some (P.masked f) with _ -> None
-
-  let note_word dev w =
-    with_rig (fun () ->
-        if w > dev.observed then begin
-          dev.observed <- w;
-          dev.last_move <- now_ms ();
-          if not (M.is "keep-after-stop" && dev.stopped) then
-            dev.kept <- List.filter (fun (v, _) -> v > w) dev.kept
-        end)
-
-  let signaled dev =
-    let w =
-      if dev.stopped then (try D.signaled dev.d with _ -> dev.observed)
-      else counted ~mask:false dev "signaled" (fun () -> D.signaled dev.d)
-    in
-    note_word dev w;
-    w
-
   (* ---- giving memory back ---- *)
 
-  let releasable b =
-    b.user_freed && (not b.freed)
-    && (b.maps = 0 || M.is "free-before-mapping")
-    && (b.last_use <= b.dev.observed || M.is "free-under-work")
+  (* A buffer is given back once no mapping over it lives (GUAR-2) and no
+     work that uses it may run (MEM-3). *)
+  let mapped = step (fun b -> b.maps > 0)
+  let work_done = step (fun b -> b.last_use <= b.dev.observed)
+  let releasable b = b.user_freed && (not b.freed) && (not (!mapped b)) && !work_done b
 
-  (* The word goes last: once no buffer of the stopped device is left. *)
+  (* The word goes last: once no buffer of the stopped device is left, and
+     is not read after (TIME-2). *)
+  let free_own_word_conforming dev =
+    Option.iter (fun w -> ignore (dropping_faults (fun () -> D.free dev.d w))) dev.facts.own_word
+
+  let free_own_word = step free_own_word_conforming
+
   let free_word dev =
     if not dev.word_freed then begin
       dev.word_freed <- true;
-      Option.iter (fun w -> ignore (dropping_faults (fun () -> D.free dev.d w))) dev.facts.own_word;
-      if M.is "signaled-after-word-freed" then ignore (try D.signaled dev.d with _ -> 0)
+      !free_own_word dev
     end
+
+  (* rig's record of a buffer given back: it is not the device's any more. *)
+  let forget_buffer_conforming dev b = dev.buffers <- List.filter (( != ) b) dev.buffers
+  let forget_buffer = step forget_buffer_conforming
 
   (* A free is never asked again, also when it raised (GUAR-1).  A mapping
      whose free raised may still map what it maps: that buffer then stays
@@ -192,8 +84,7 @@ module Make (D : Rig_edge.Driver) = struct
     let freed_over =
       with_rig (fun () ->
           b.freed <- true;
-          dev.buffers <- List.filter (( != ) b) dev.buffers;
-          if M.is "double-free" then dev.given_back <- b :: dev.given_back;
+          !forget_buffer dev b;
           match b.kind with
           | Peer_of over when Result.is_ok outcome ->
               over.maps <- over.maps - 1;
@@ -220,29 +111,6 @@ module Make (D : Rig_edge.Driver) = struct
       go ()
     end
 
-  (* ---- waiting on the word ---- *)
-
-  let wait_word dev v =
-    let rec loop () =
-      (* A device lost meanwhile (a close on another thread) is not read again. *)
-      (match dev.lost with Some why -> raise (Device_lost why) | None -> ());
-      let w = signaled dev in
-      if w < v then begin
-        let stalled = now_ms () -. dev.last_move in
-        let bounded = not (M.is "no-hang-bound") in
-        if bounded && stalled >= float !hang_ms then begin
-          let why = Printf.sprintf "hang: the word stood at %d for %d ms" w !hang_ms in
-          lose dev ~fault:why why;
-          raise (Device_lost why)
-        end;
-        let still_ms = if bounded then max 1 (!hang_ms - int_of_float stalled) else 100 in
-        let sleep () = D.sleep dev.d ~seen:w ~still_ms in
-        if M.is "uncounted-sleep" then P.masked sleep else counted dev "sleep" sleep;
-        loop ()
-      end
-    in
-    loop ()
-
   (* ---- reclamation ---- *)
 
   (* Round k of the reclamation an allocation runs: give back what finished
@@ -265,10 +133,37 @@ module Make (D : Rig_edge.Driver) = struct
 
   (* ---- devices ---- *)
 
-  let new_device d name facts =
+  let new_device d name facts : device =
     { d; name; facts; in_flight = 0; lost = None; fault = None; stopped = false; released = false; word_freed = false; drained = false;
       next_value = 1; last_submitted = 0; observed = 0; last_move = now_ms (); buffers = [];
-      images = []; kept = []; given_back = [] }
+      images = []; kept = [] }
+
+  (* stop is called once (CNT-1), with the Fault that lost the device (STOP-1). *)
+  let call_stop dev ~fault =
+    dev.stopped <- true;
+    try P.masked (fun () -> D.stop dev.d ~fault) with _ -> ()
+
+  let stop = step (fun dev -> if not dev.stopped then call_stop dev ~fault:dev.fault)
+
+  (* After stop, only signaled reads the word (CNT-4). *)
+  let word_reached_conforming dev = signaled dev >= dev.last_submitted
+  let word_reached = step word_reached_conforming
+
+  (* Whether the word read the last value within the hang bound (STOP-7). *)
+  let await_word =
+    step (fun dev ->
+        let deadline = now_ms () +. float !hang_ms in
+        let rec await pause =
+          if !word_reached dev then true
+          else if now_ms () > deadline then false
+          else (Thread.delay pause; await (Float.min 0.05 (pause *. 2.)))
+        in
+        await 0.0005)
+
+  (* What close gives back: each buffer and image once (GUAR-1, GUAR-5). *)
+  let left = step (fun dev -> dev.buffers)
+  let to_free = step (fun b -> not b.freed)
+  let loaded = step (fun im -> not im.unloaded)
 
   (* Stop once no counted call is in flight (CNT-1, STOP-1), then give back
      everything once the word reads the last value (STOP-7). *)
@@ -276,41 +171,22 @@ module Make (D : Rig_edge.Driver) = struct
     with_rig (fun () ->
         if dev.lost = None then dev.lost <- Some reason;
         while dev.in_flight > 0 do P.Lock.await rig_lock changed done);
-    if (not dev.stopped) || M.is "stop-twice" then begin
-      dev.stopped <- true;
-      let fault = if M.is "stop-no-fault" then None else dev.fault in
-      (try P.masked (fun () -> D.stop dev.d ~fault) with _ -> ())
-    end;
+    !stop dev;
     if not dev.released then begin
       dev.released <- true;
       (* rig lets go of what the device's submissions keep (CNT-5). *)
-      if not (M.is "keep-after-stop") then with_rig (fun () -> dev.kept <- []);
-      let word_reached () =
-        if M.is "call-after-stop" then
-          (try P.masked (fun () -> D.sleep dev.d ~seen:dev.observed ~still_ms:10) with _ -> ());
-        signaled dev >= dev.last_submitted
-      in
-      let deadline = now_ms () +. float !hang_ms in
-      let rec await pause =
-        if word_reached () then true
-        else if now_ms () > deadline then false
-        else (Thread.delay pause; await (Float.min 0.05 (pause *. 2.)))
-      in
-      let reached = M.is "free-before-word" || await 0.0005 in
+      with_rig (fun () -> !let_go dev ~upto:max_int);
       (* A word that never reads the last value keeps everything: freeing
          memory that work may still write is worse than leaking it. *)
-      if reached then begin
+      if !await_word dev then begin
         dev.drained <- true;
-        let everything = if M.is "double-free" then dev.buffers @ dev.given_back else dev.buffers in
-        let mappings, others = List.partition (fun b -> match b.kind with Peer_of _ -> true | _ -> false) everything in
-        let again = M.is "double-free" in
-        List.iter (fun b -> if again || not b.freed then give_back b) mappings;
+        let mappings, others = List.partition (fun b -> match b.kind with Peer_of _ -> true | _ -> false) (!left dev) in
+        List.iter (fun b -> if !to_free b then give_back b) mappings;
         (* A buffer another device still maps stays until that mapping goes. *)
-        let mapped b = b.maps > 0 && not (M.is "free-before-mapping") in
-        List.iter (fun b -> if (again || not b.freed) && not (mapped b) then give_back b) others;
+        List.iter (fun b -> if !to_free b && not (!mapped b) then give_back b) others;
         List.iter
           (fun im ->
-            if (not im.unloaded) || M.is "unload-twice" then begin
+            if !loaded im then begin
               im.unloaded <- true;
               ignore (dropping_faults (fun () -> D.unload im.i))
             end)
@@ -350,23 +226,25 @@ module Make (D : Rig_edge.Driver) = struct
     with_rig (fun () -> dev.buffers <- buf :: dev.buffers);
     buf
 
+  (* The length asked: rounded up to a whole word (MEM-1). *)
+  let round_up = step (fun n -> (n + Rig_edge.word - 1) / Rig_edge.word * Rig_edge.word)
+
+  (* alloc is counted and masked (SIG-1), outside any lock (LOCK-1). *)
+  let call_alloc = step (fun dev m n -> counted dev "alloc" (fun () -> D.alloc dev.d m n))
+
+  (* After Mapped: Pinned, or Device where host_addresses (GUAR-6). *)
+  let fallback = step (fun dev -> if dev.facts.host_addresses then Rig_edge.Device else Pinned)
+
   let alloc dev m n =
     start "alloc";
     if n <= 0 then invalid_arg "Rig.alloc: size must be positive";
-    let n' = if M.is "unrounded-alloc" then n else (n + Rig_edge.word - 1) / Rig_edge.word * Rig_edge.word in
-    let one m =
-      let call () = D.alloc dev.d m n' in
-      if M.is "call-in-lock" then
-        counted dev "alloc" (fun () -> P.Lock.protect (P.Lock.create "rig.alloc") call)
-      else counted ~mask:(not (M.is "unmasked-call")) dev "alloc" call
-    in
+    let n' = !round_up n in
+    let one m = !call_alloc dev m n' in
     let attempt () =
       match one m with
       | Some r -> Some (r, m)
       | None when m = Rig_edge.Mapped ->
-          let fallback =
-            if dev.facts.host_addresses || M.is "no-pinned-fallback" then Rig_edge.Device else Pinned
-          in
+          let fallback = !fallback dev in
           Option.map (fun r -> (r, fallback)) (one fallback)
       | None -> None
     in
@@ -379,30 +257,35 @@ module Make (D : Rig_edge.Driver) = struct
     b.user_freed <- true;
     release_ready b.dev
 
-  let peers a b =
-    if M.is "peer-self" then ignore (D.peer a.d a.d);
-    D.peer a.d b.d
+  (* peer is never asked of a device with itself (GUAR-3). *)
+  let peers_conforming a b = D.peer a.d b.d
+  let peers = step peers_conforming
 
   let map_peer dev b =
     start "map_peer";
     if b.dev == dev then invalid_arg "Rig.map_peer: the buffer is already the device's";
-    if not (peers dev b.dev) then invalid_arg "Rig.map_peer: the devices are not peers";
+    if not (!peers dev b.dev) then invalid_arg "Rig.map_peer: the devices are not peers";
     let r = counted dev "map_peer" (fun () -> D.map_peer dev.d b.dev.d b.b) in
     with_rig (fun () -> b.maps <- b.maps + 1);
     make_buffer dev r b.bsize (Peer_of b)
 
+  (* map_host only of a device that declares maps_host (MEM-6). *)
+  let refuse_map_host =
+    step (fun dev -> if not dev.facts.maps_host then invalid_arg "Rig.map_host: the device does not map host memory")
+
   let map_host dev p n =
     start "map_host";
-    if (not dev.facts.maps_host) && not (M.is "map-host-anyway") then
-      invalid_arg "Rig.map_host: the device does not map host memory";
+    !refuse_map_host dev;
     if n <= 0 || Nativeint.rem p 4096n <> 0n then invalid_arg "Rig.map_host: p must start a page, n be positive";
     let r = counted dev "map_host" (fun () -> D.map_host dev.d p n) in
     make_buffer dev r n Host
 
+  (* dma only of a region alloc made (GUAR-4). *)
+  let refuse_dma = step (fun b -> if b.kind <> Allocated then invalid_arg "Rig.dma: only for memory alloc made")
+
   let dma b ~fn =
     start "dma";
-    if b.kind <> Allocated && not (M.is "dma-any-region") then
-      invalid_arg "Rig.dma: only for memory alloc made";
+    !refuse_dma b;
     counted b.dev "dma" (fun () -> D.dma b.dev.d b.b ~fn)
 
   let place b = D.locate b.dev.d b.b
@@ -444,6 +327,9 @@ module Make (D : Rig_edge.Driver) = struct
     im.unloaded <- true;
     counted dev "unload" (fun () -> D.unload im.i)
 
+  (* After No_memory: the rounds of an allocation (CODE-4). *)
+  let entry_asks = step asks
+
   let entry im f =
     start "entry";
     let dev = im.idev in
@@ -454,8 +340,7 @@ module Make (D : Rig_edge.Driver) = struct
       | Absent -> Some None
       | No_memory n -> last := n; None
     in
-    let asks_total = if M.is "three-asks" then asks - 1 else asks in
-    with_rounds dev ~asks_total attempt (fun () -> raise (Out_of_memory !last))
+    with_rounds dev ~asks_total:!entry_asks attempt (fun () -> raise (Out_of_memory !last))
 
   let prepare im f =
     start "prepare";
@@ -466,6 +351,37 @@ module Make (D : Rig_edge.Driver) = struct
     | _ -> ()
 
   (* ---- work ---- *)
+
+  (* A submission asks grow only after room answered RIG_GROW (QUEUE-5), at
+     most four times (QUEUE-6), and after a Short asks room again (QUEUE-4). *)
+  let max_grows = step asks
+  let grow dev = counted dev "grow" (fun () -> D.grow dev.d)
+
+  (* After a fourth grow that answered Grown, RIG_GROW again is no memory. *)
+  let grown_out = step (fun grows -> grows >= !max_grows)
+
+  (* After a Short: the round of reclamation that follows the [grows]th
+     grow; answers how many grows the submission has had. *)
+  let short_round_conforming dev ~grows = reclaim dev (min grows 3); grows
+  let short_round = step short_round_conforming
+
+  (* [short]: the n of the last Short, for the Out_of_memory of a
+     submission whose fourth grow answered Grown and whose room still
+     answers RIG_GROW. *)
+  let rec asking dev s grows short =
+    match c_call dev "room" (fun () -> dev.facts.queue.room s) with
+    | Rig_edge.Room -> ()
+    | Grow when !grown_out grows -> raise (Out_of_memory short)
+    | Grow -> (
+        match grow dev with
+        | Grown -> asking dev s (grows + 1) short
+        | Short n ->
+            let grows = grows + 1 in
+            if grows >= !max_grows then raise (Out_of_memory n);
+            asking dev s (!short_round dev ~grows) n)
+
+  let ask_room_conforming dev s = asking dev s 0 0
+  let ask_room = step ask_room_conforming
 
   let submit dev parts =
     start "submit";
@@ -486,29 +402,7 @@ module Make (D : Rig_edge.Driver) = struct
     in
     let s = Rig_edge.encode (List.map lay_out parts) in
     let q = dev.facts.queue in
-    let max_grows = if M.is "five-asks" then asks + 1 else asks in
-    if M.is "grow-unasked" then ignore (counted dev "grow" (fun () -> D.grow dev.d));
-    (* [short]: the n of the last Short, for the Out_of_memory of a
-       submission whose fourth grow answered Grown and whose room still
-       answers RIG_GROW. *)
-    let rec ask grows short =
-      match c_call dev "room" (fun () -> q.room s) with
-      | Rig_edge.Room -> ()
-      | Grow when grows >= max_grows && not (M.is "grown-unbounded") -> raise (Out_of_memory short)
-      | Grow -> (
-          match counted dev "grow" (fun () -> D.grow dev.d) with
-          | Grown -> ask (grows + 1) short
-          | Short n ->
-              let grows = grows + 1 in
-              if grows >= max_grows then raise (Out_of_memory n);
-              let grows =
-                if M.is "grow-again" && grows = 1 then (ignore (counted dev "grow" (fun () -> D.grow dev.d)); grows + 1)
-                else grows
-              in
-              reclaim dev (min grows 3);
-              ask grows n)
-    in
-    ask 0 0;
+    !ask_room dev s;
     let value = with_rig (fun () ->
         let v = dev.next_value in
         dev.next_value <- v + 1;
@@ -531,4 +425,118 @@ module Make (D : Rig_edge.Driver) = struct
   let wait dev v =
     start "wait";
     wait_word dev v
+
+  (* ---- the mutants of these steps (Rig_mutant.all) ---- *)
+
+  module Mutants = struct
+    (* free-before-mapping (GUAR-2): a mapping over a buffer does not keep it. *)
+    let unmapped (_ : buffer) = false
+
+    (* free-under-work (MEM-3): a buffer goes at once, whatever work uses it. *)
+    let work_ignored (_ : buffer) = true
+
+    (* signaled-after-word-freed (TIME-2): reads signaled once more after. *)
+    let free_own_word_then_read dev =
+      free_own_word_conforming dev;
+      ignore (try D.signaled dev.d with _ -> 0)
+
+    (* double-free (GUAR-1): close frees again the regions the program freed. *)
+    module Double_free = struct
+      let given : (device * buffer) list ref = ref []
+
+      let forget_buffer dev b =
+        forget_buffer_conforming dev b;
+        given := (dev, b) :: !given
+
+      let left dev = dev.buffers @ List.filter_map (fun (d, b) -> if d == dev then Some b else None) !given
+      let to_free (_ : buffer) = true
+    end
+
+    (* stop-twice (CNT-1): stop again at every close, stopped or not. *)
+    let stop_again dev = call_stop dev ~fault:dev.fault
+
+    (* stop-no-fault (STOP-1): stop is told no Fault. *)
+    let stop_no_fault dev = if not dev.stopped then call_stop dev ~fault:None
+
+    (* call-after-stop (CNT-4): after stop, sleeps on the word too. *)
+    let word_reached_after_sleep dev =
+      (try P.masked (fun () -> D.sleep dev.d ~seen:dev.observed ~still_ms:10) with _ -> ());
+      word_reached_conforming dev
+
+    (* free-before-word (STOP-7): frees without waiting for the word. *)
+    let word_unawaited (_ : device) = true
+
+    (* unload-twice (GUAR-5): close unloads the images unloaded already. *)
+    let still_loaded (_ : image) = true
+
+    (* unrounded-alloc (MEM-1): the buffer's length as it is. *)
+    let unrounded n = n
+
+    (* call-in-lock (LOCK-1): alloc inside a lock of rig's. *)
+    let alloc_in_lock dev m n =
+      counted dev "alloc" (fun () -> P.Lock.protect (P.Lock.create "rig.alloc") (fun () -> D.alloc dev.d m n))
+
+    (* unmasked-call (SIG-1): alloc with the thread's signals unblocked. *)
+    let alloc_unmasked dev m n = counted ~mask:false dev "alloc" (fun () -> D.alloc dev.d m n)
+
+    (* no-pinned-fallback (GUAR-6): Device after Mapped, whatever host_addresses says. *)
+    let device_fallback (_ : device) = Rig_edge.Device
+
+    (* peer-self (GUAR-3): asks peer of the device with itself first. *)
+    let peers_self a b =
+      ignore (D.peer a.d a.d);
+      peers_conforming a b
+
+    (* map-host-anyway (MEM-6), dma-any-region (GUAR-4): no refusal. *)
+    let refuses_nothing _ = ()
+
+    (* grow-unasked (QUEUE-5): grow before room answered RIG_GROW. *)
+    let grow_first dev s =
+      ignore (grow dev);
+      ask_room_conforming dev s
+
+    (* grown-unbounded (QUEUE-6): RIG_GROW after a fourth Grown asks grow again. *)
+    let never_grown_out (_ : int) = false
+
+    (* grow-again (QUEUE-4): after the first Short, asks grow again, not room. *)
+    let short_grows_again dev ~grows =
+      let grows = if grows = 1 then (ignore (grow dev); grows + 1) else grows in
+      short_round_conforming dev ~grows
+
+    let variants =
+      [
+        ("free-before-mapping", fun () -> mapped := unmapped);
+        ("free-under-work", fun () -> work_done := work_ignored);
+        ("signaled-after-word-freed", fun () -> free_own_word := free_own_word_then_read);
+        ("double-free", fun () ->
+            forget_buffer := Double_free.forget_buffer;
+            left := Double_free.left;
+            to_free := Double_free.to_free);
+        ("stop-twice", fun () -> stop := stop_again);
+        ("stop-no-fault", fun () -> stop := stop_no_fault);
+        ("call-after-stop", fun () -> word_reached := word_reached_after_sleep);
+        ("free-before-word", fun () -> await_word := word_unawaited);
+        ("unload-twice", fun () -> loaded := still_loaded);
+        ("unrounded-alloc", fun () -> round_up := unrounded);
+        ("call-in-lock", fun () -> call_alloc := alloc_in_lock);
+        ("unmasked-call", fun () -> call_alloc := alloc_unmasked);
+        ("no-pinned-fallback", fun () -> fallback := device_fallback);
+        ("peer-self", fun () -> peers := peers_self);
+        ("map-host-anyway", fun () -> refuse_map_host := refuses_nothing);
+        ("dma-any-region", fun () -> refuse_dma := refuses_nothing);
+        ("three-asks", fun () -> entry_asks := asks - 1);
+        ("five-asks", fun () -> max_grows := asks + 1);
+        ("grow-unasked", fun () -> ask_room := grow_first);
+        ("grown-unbounded", fun () -> grown_out := never_grown_out);
+        ("grow-again", fun () -> short_round := short_grows_again);
+      ]
+  end
+
+  (* Every mutant of Rig_mutant.all has its variant here or in Rig_calls. *)
+  let () =
+    let variants = C.Mutants.variants @ Mutants.variants in
+    List.iter
+      (fun (n, _, _) -> if not (List.mem_assoc n variants) then invalid_arg ("Rig: no variant of the mutant " ^ n))
+      Rig_mutant.all;
+    Rig_mutant.register variants
 end

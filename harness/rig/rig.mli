@@ -6,8 +6,11 @@
     reclamation, bounds hangs, and refuses calls made inside a lock.
 
     Each of its decisions on the document's open points is in
-    spec/decisions.md.  Its mutants ({!Rig_mutant}) each break one rig-side
-    clause, to prove that the validation layer catches it. *)
+    spec/decisions.md.  How it calls a driver (counting, masks, losses, the
+    word) is {!Rig_calls}.  Its mutants ({!Rig_mutant}) each break one
+    rig-side clause, to prove that the validation layer catches it: each is
+    a variant of one step, installed by {!Rig_mutant.set}, so that the
+    conforming paths test no mutant. *)
 
 (** The device is lost: the reason (a Fault's text, an exception's text, a
     failed submit or commit, the hang bound, a close). *)

@@ -37,13 +37,28 @@ let all =
 
 let under_fault = [ ("grown-unbounded", "rig.grow-rounds", "room:6:grow") ]
 
+(* The steps the variants replace, each with its conforming function, and
+   the variants each instance of the reference rig registers. *)
+let resets : (unit -> unit) list ref = ref []
+let variants : (string * (unit -> unit)) list ref = ref []
 let active = ref None
 
-let set = function
-  | None -> active := None
-  | Some name ->
-      if not (List.exists (fun (n, _, _) -> n = name) all) then
-        invalid_arg ("unknown rig mutant " ^ name);
-      active := Some name
+let step conforming =
+  let r = ref conforming in
+  resets := (fun () -> r := conforming) :: !resets;
+  r
 
-let is name = !active = Some name
+let install_active () =
+  List.iter (fun reset -> reset ()) !resets;
+  Option.iter (fun name -> List.iter (fun (n, install) -> if n = name then install ()) !variants) !active
+
+let register vs =
+  variants := vs @ !variants;
+  install_active ()
+
+let set m =
+  (match m with
+  | Some name when not (List.exists (fun (n, _, _) -> n = name) all) -> invalid_arg ("unknown rig mutant " ^ name)
+  | _ -> ());
+  active := m;
+  install_active ()

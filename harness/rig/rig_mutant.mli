@@ -10,8 +10,19 @@ val all : (string * string * string) list
     (FN:NTH:KIND) that shows it; the others show in a plain run. *)
 val under_fault : (string * string * string) list
 
-(** [set (Some name)] activates a mutant; Invalid_argument for an unknown name. *)
+(** [set (Some name)] activates a mutant: every step goes back to its
+    conforming function, then that mutant's variants are installed (in each
+    instance of the reference rig, also one made later); [set None] leaves
+    the conforming steps alone.  Invalid_argument for an unknown name. *)
 val set : string option -> unit
 
-(** [is name]: whether that mutant is active. *)
-val is : string -> bool
+(** {1 For the reference rig's modules} *)
+
+(** [step conforming]: a step a mutant may replace, holding [conforming]
+    until a variant is installed; {!set} puts [conforming] back. *)
+val step : 'a -> 'a ref
+
+(** [register [(name, install); ...]]: [install ()] puts that mutant's
+    variant in place of the conforming steps, whenever {!set} names it (at
+    once if it is already set). *)
+val register : (string * (unit -> unit)) list -> unit
