@@ -16,6 +16,7 @@ below (other clauses may be `unchecked`: runs ended by the hang are blocked).
 | blind-signaled-blocks | signaled waits for the word to change            | TIME-1 | "rig may call it while it holds a lock of its own, so it must not block or call rig." |
 | blind-locate-sleeps   | locate sleeps for ever                           | LOCK-6 | "rig calls locate and peer at any time, and they must call nothing that may block or fault." |
 | blind-stop-drains     | stop lets the running work finish (up to 2 s)    | STOP-2 | "stop d ~fault stops the lost d and must not wait for its work." |
+| blind-stop-drains-briefly | the same, up to 1 s (blind-stop-cleanup's time) | STOP-2 | "stop d ~fault stops the lost d and must not wait for its work." |
 
 Conforming drivers: every clause's verdict must be hostmem's, under the same
 options.  Why each is conforming:
@@ -49,6 +50,7 @@ BROKEN = {
     "blind-signaled-blocks": "TIME-1",
     "blind-locate-sleeps": "LOCK-6",
     "blind-stop-drains": "STOP-2",
+    "blind-stop-drains-briefly": "STOP-2",
 }
 
 CONFORMING = [
@@ -119,7 +121,23 @@ def hostmem(tmp_path_factory):
     return data
 
 
-@pytest.mark.parametrize("driver", sorted(BROKEN))
+# The document forbids any wait of stop for its work, however short; a stop
+# that takes as long for its own cleanup (blind-stop-cleanup) is conforming.
+SHORT_DRAIN = pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the certifier passes STOP-2 for a stop that waits up to 1 s for its running work "
+        "(it flags the same drain bounded at 2 s): 'stop ... must not wait for its work' sets "
+        "no duration under which waiting is allowed, and the wait is observable apart from "
+        "blind-stop-cleanup's 1 s (hostmem's stop ends spin work at once; a drain lets it end)"
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    "driver",
+    [pytest.param(d, marks=SHORT_DRAIN) if d == "blind-stop-drains-briefly" else d for d in sorted(BROKEN)],
+)
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     data = certify(BLIND, driver, tmp_path)
     failed = {i for i, v in verdicts(data).items() if v == "fail"}

@@ -75,12 +75,15 @@ module Locate_sleeps = struct
     H.D.locate d r
 end
 
-module Stop_drains = struct
+(* stop that lets the running work finish first, for at most bound_ms. *)
+module Stop_drains (B : sig
+  val bound_ms : int
+end) =
+struct
   include H.D
 
-  (* Lets the running work finish first, for at most 2 s. *)
   let stop d ~fault =
-    let deadline = now_ms () + 2000 in
+    let deadline = now_ms () + B.bound_ms in
     while H.busy d && now_ms () < deadline do
       wait_ms 5
     done;
@@ -150,7 +153,8 @@ let packages =
     package "blind-stop-forever" (module Stop_forever);
     package "blind-signaled-blocks" (module Signaled_blocks);
     package "blind-locate-sleeps" (module Locate_sleeps);
-    package "blind-stop-drains" (module Stop_drains);
+    package "blind-stop-drains" (module Stop_drains (struct let bound_ms = 2000 end));
+    package "blind-stop-drains-briefly" (module Stop_drains (struct let bound_ms = 1000 end));
     package "blind-make-slow" ~openers:slow_openers (module H.D);
     package "blind-image-slow" (module Image_slow);
     package "blind-sleep-spurious" (module Sleep_spurious);
