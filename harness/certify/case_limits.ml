@@ -13,7 +13,7 @@ let table =
 let seconds_on_fake name = List.assoc_opt name (Lazy.force table)
 
 let limit name =
-  match seconds_on_fake name with Some s -> Float.max 60. (20. *. s) | None -> 60.
+  match seconds_on_fake name with Some s -> Float.max 120. (40. *. s) | None -> 120.
 
 let to_tsv rows =
   "# The wall time of each case's clean run on the conforming fake driver (the\n\

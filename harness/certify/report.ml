@@ -18,6 +18,16 @@ let clause_of_hang = function
   | "locate" | "peer" -> Some "LOCK-6"
   | _ -> None
 
+(* Whether a hang of [fn] in run [r] fails clause [c]. *)
+let hang_fails (c : Catalog.clause) (r : Runner.result) fn =
+  match clause_of_hang fn with Some k -> k = c.id | None -> checks c r.job.case
+
+(* A run killed at its time limit hung in a call if that call had been in
+   flight for half the limit at least, and a second; otherwise it was only
+   slow (calls that each take a while, many of them, or a limit shorter
+   than the work), which breaks no clause. *)
+let stuck_call limit = function Some (fn, s) when s >= Float.max 1. (limit /. 2.) -> Some fn | _ -> None
+
 (* What a result says against a clause, if anything. *)
 let against (c : Catalog.clause) (r : Runner.result) =
   match r.outcome with
@@ -28,11 +38,11 @@ let against (c : Catalog.clause) (r : Runner.result) =
           else None)
         fs
   | Crashed how when checks c r.job.case -> Some (Printf.sprintf "case %s crashed: %s" r.job.case.name how)
-  | Timed_out { limit; running } when checks c r.job.case ->
+  | Timed_out { limit; running; stuck } when stuck_call limit stuck <> None && hang_fails c r (Option.get (stuck_call limit stuck)) ->
       Some
         (Printf.sprintf "case %s did not end within %.0f s%s and was killed" r.job.case.name limit
            (match running with Some w -> " (" ^ w ^ ")" | None -> ""))
-  | Hung { fn; seconds } when (match clause_of_hang fn with Some k -> k = c.id | None -> checks c r.job.case) ->
+  | Hung { fn; seconds } when hang_fails c r fn ->
       Some
         (Printf.sprintf "%s did not return within %.0f s (case %s, seed %d)" fn seconds r.job.case.name r.job.seed)
   | _ -> None
@@ -48,6 +58,15 @@ let blocked (c : Catalog.clause) (r : Runner.result) =
                 (Option.get (clause_of_hang fn)))
     | Blocked { fn; first } ->
         Some (Printf.sprintf "blocked: %s did not return in case %s, as it had not before (%s)" fn r.job.case.name first)
+    | Timed_out { limit; stuck; _ } -> (
+        match stuck_call limit stuck with
+        | None ->
+            Some (Printf.sprintf "case %s did not end within %.0f s, with no driver call hung: too slow to judge (--timeout)"
+                    r.job.case.name limit)
+        | Some fn when not (hang_fails c r fn) ->
+            Some (Printf.sprintf "blocked: %s did not return in case %s (%s)" fn r.job.case.name
+                    (Option.value (clause_of_hang fn) ~default:"its case"))
+        | Some _ -> None)
     | _ -> None
 
 (* Every clause of the catalog has a case now; a clause added to the
@@ -170,7 +189,11 @@ let run_json (r : Runner.result) =
     | Findings fs -> ("fail", List.sort_uniq compare (List.map (fun (f : Case.finding) -> f.clause) fs))
     | Not_applicable _ -> ("n/a", [])
     | Crashed _ -> ("crash", r.job.case.clauses)
-    | Timed_out _ -> ("timeout", r.job.case.clauses)
+    | Timed_out { limit; stuck; _ } ->
+        ( "timeout",
+          match stuck_call limit stuck with
+          | Some fn -> ( match clause_of_hang fn with Some k -> [ k ] | None -> r.job.case.clauses)
+          | None -> [] )
     | Hung { fn; _ } -> ("hang", match clause_of_hang fn with Some k -> [ k ] | None -> r.job.case.clauses)
     | Blocked _ -> ("blocked", [])
   in

@@ -17,7 +17,7 @@ type outcome =
   | Findings of Case.finding list
   | Not_applicable of string
   | Crashed of string
-  | Timed_out of { limit : float; running : string option }
+  | Timed_out of { limit : float; running : string option; stuck : (string * float) option }
   | Hung of { fn : string; seconds : float }
   | Blocked of { fn : string; first : string }
 
@@ -234,7 +234,13 @@ let collect ?overstay r ended ~timed_out =
       let outcome =
         match overstay with
         | Some o -> o
-        | None when timed_out -> Timed_out { limit = r.limit; running = Call_trace.describe (Child_process.in_flight c) }
+        | None when timed_out && complete records ->
+            (* Its case had ended: what hung is the exit (an exit handler). *)
+            let _, where, rest = how_it_ended c None in
+            Crashed (Printf.sprintf "did not exit within %.0f s after its end%s%s" r.limit where rest)
+        | None when timed_out ->
+            let flight = Child_process.in_flight c in
+            Timed_out { limit = r.limit; running = Call_trace.describe flight; stuck = Call_trace.longest flight }
         | None -> outcome_of j c ended records
       in
       (match outcome with

@@ -18,8 +18,10 @@ type outcome =
   | Findings of Case.finding list  (** the case ran to its end *)
   | Not_applicable of string
   | Crashed of string              (** how it died, the driver call it was in, its last output *)
-  | Timed_out of { limit : float; running : string option }
-      (** killed at its limit (seconds); [running]: the driver calls in flight then *)
+  | Timed_out of { limit : float; running : string option; stuck : (string * float) option }
+      (** killed at its limit (seconds); [running]: the driver calls in
+          flight then, in words; [stuck]: the one in flight the longest, and
+          for how many seconds *)
   | Hung of { fn : string; seconds : float }
       (** killed when the driver call [fn] had been in flight [seconds]: past
           {!call_limit}, longer than any call of a conforming driver takes *)

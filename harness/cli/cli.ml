@@ -67,8 +67,9 @@ Options:
   --seeds N         seeds 1..N (certify default 3; at most 10000)
   --seed N          a single seed
   -j N              jobs run at once (default: the number of cores)
-  --timeout S       seconds a case may take before it is killed (default: 20 times the
-                    case's clean run on the fake driver, at least 60 s).  Apart from it, a
+  --timeout S       seconds a case may take before it is killed (default: 40 times the
+                    case's clean run on the fake driver, at least 120 s; a run killed with
+                    no call hung is too slow to judge, not a fail).  Apart from it, a
                     driver call in flight for 5 s (sleep, stop, signaled, locate, peer) or
                     30 s (the others) ends its run as a hang of that call; 1 s for a
                     function that hung before in the same certification

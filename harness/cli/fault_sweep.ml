@@ -57,7 +57,7 @@ let report_sweep (o : Cli.opts) ~cases ~selected ~report results =
         match r.outcome with
         | Findings fs -> String.concat "; " (List.map (fun (f : Case.finding) -> f.clause ^ ": " ^ f.detail) fs)
         | Crashed how -> "crashed: " ^ how
-        | Timed_out { limit; running } ->
+        | Timed_out { limit; running; _ } ->
             Printf.sprintf "killed after %.0f s%s" limit (match running with Some w -> " " ^ w | None -> "")
         | Hung { fn; seconds } -> Printf.sprintf "%s did not return within %.0f s" fn seconds
         | Blocked { fn; first } -> Printf.sprintf "blocked: %s had hung before (%s)" fn first
