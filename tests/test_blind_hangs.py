@@ -63,11 +63,12 @@ CONFORMING = [
         marks=pytest.mark.xfail(
             strict=True,
             reason=(
-                "the certifier fails QUEUE-3 because probe.QUEUE-3.short-keeps ran past its 60 s "
-                "case limit (it allocates until alloc answers None, 200 ms a call). The document "
+                "probe.QUEUE-3.short-keeps allocates until alloc answers None, 200 ms a call, and "
+                "runs past the certifier's case limit. It failed QUEUE-3 for that (60 s limit); "
+                "since, a run killed with no call hung is 'too slow to judge' and QUEUE-3 comes out "
+                "unchecked (120 s limit): no longer a fail, still not hostmem's pass. The document "
                 "bounds no alloc's time ('alloc d m n is n bytes of d's memory m, or None if d has "
-                "none'), and a case that could not finish is no evidence that grow's Short lost "
-                "what it made: the verdict should be hostmem's (pass), at worst unchecked, never fail"
+                "none'): the probe should bound how much it allocates, not the driver's speed"
             ),
         ),
     ),
