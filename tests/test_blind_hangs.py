@@ -58,20 +58,7 @@ CONFORMING = [
     "blind-image-slow",
     "blind-sleep-spurious",
     "blind-stop-cleanup",
-    pytest.param(
-        "blind-alloc-slow",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason=(
-                "probe.QUEUE-3.short-keeps allocates until alloc answers None, 200 ms a call, and "
-                "runs past the certifier's case limit. It failed QUEUE-3 for that (60 s limit); "
-                "since, a run killed with no call hung is 'too slow to judge' and QUEUE-3 comes out "
-                "unchecked (120 s limit): no longer a fail, still not hostmem's pass. The document "
-                "bounds no alloc's time ('alloc d m n is n bytes of d's memory m, or None if d has "
-                "none'): the probe should bound how much it allocates, not the driver's speed"
-            ),
-        ),
-    ),
+    "blind-alloc-slow",
 ]
 
 

@@ -101,10 +101,24 @@ module Probe (Pk : Rig_edge.Package) = struct
     let acc = ref [] in
     let s = growing_submission d r in
     let rec take size acc = match alloc d size with Some x -> take size ((size, x) :: acc) | None -> acc in
-    (* Pieces no bigger than a word and a queue part's likely cost, so that
-       what is given back stays close to what grow asked. *)
-    let pieces = take 64 [] in
-    let pool = take 4 [] @ pieces in
+    (* Memory filled coarse to fine, so that a device with much of it costs
+       a few hundred allocs, not one per 64 bytes (a driver whose alloc is
+       slow is no worse for it). *)
+    let coarse = List.concat_map (fun size -> take size []) [ 1 lsl 20; 1 lsl 16; 1 lsl 12 ] in
+    let fine = take 4 [] @ take 64 [] in
+    (* What is given back comes from pieces no bigger than a word and a
+       queue part's likely cost, so that it stays close to what grow asked:
+       coarse chunks (the smallest first) become such pieces until they hold
+       [need] bytes, the memory staying full. *)
+    let by_size = List.sort (fun (a, _) (b, _) -> compare (a : int) b) in
+    let rec refine fine coarse need =
+      let held = List.fold_left (fun a (size, _) -> a + size) 0 fine in
+      match by_size coarse with
+      | (_, x) :: rest when held < need ->
+          P.masked (fun () -> D.free d x);
+          refine (take 4 (take 64 fine)) rest need
+      | sorted -> (by_size fine, sorted)
+    in
     let regrow () =
       match room d s with
       | Rig_edge.Room -> None
@@ -114,6 +128,8 @@ module Probe (Pk : Rig_edge.Package) = struct
       match grow d with
       | Rig_edge.Grown -> raise (Not_applicable_here "grow needs no Device memory")
       | Short n1 -> (
+          let fine, coarse = refine fine coarse ((2 * n1) + 4096) in
+          let pool = fine @ coarse in
           let first = (n1 / 2) + (4 * (seed mod 3)) in
           let pool = give_back d pool first in
           match regrow () with
