@@ -109,22 +109,9 @@ def hostmem(tmp_path_factory):
     return data
 
 
-# The document forbids any wait of stop for its work, however short; a stop
-# that takes as long for its own cleanup (blind-stop-cleanup) is conforming.
-SHORT_DRAIN = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the certifier passes STOP-2 for a stop that waits up to 1 s for its running work "
-        "(it flags the same drain bounded at 2 s): 'stop ... must not wait for its work' sets "
-        "no duration under which waiting is allowed, and the wait is observable apart from "
-        "blind-stop-cleanup's 1 s (hostmem's stop ends spin work at once; a drain lets it end)"
-    ),
-)
-
-
 @pytest.mark.parametrize(
     "driver",
-    [pytest.param(d, marks=SHORT_DRAIN) if d == "blind-stop-drains-briefly" else d for d in sorted(BROKEN)],
+    sorted(BROKEN),
 )
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     data = certify(BLIND, driver, tmp_path)

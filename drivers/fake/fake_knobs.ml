@@ -49,6 +49,7 @@ let mutant_table =
     ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
     ("sleep-consumes-fault", "TIME-5", "only the first sleep after a fault raises Fault", 14);
     ("stop-waits", "STOP-2", "stop waits for the running work to finish (3000 ms cap)", 15);
+    ("stop-drains-briefly", "STOP-2", "stop waits for the running work to finish, 1000 ms at most", 54);
     ("stop-no-last-value", "STOP-3", "stop never writes the last value when no work runs", 16);
     ("stop-runs-encoded", "STOP-4", "stop runs the work encoded but not committed", 17);
     ("stop-drops-word", "STOP-5", "stop releases the word: signaled answers 0 after it", 18);

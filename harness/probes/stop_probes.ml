@@ -14,9 +14,32 @@ let stop2_no_wait (module P : Package) ~seed =
       dev.hung <- true;
       Thread.delay (0.02 +. (0.01 *. float_of_int (K.int s 5)));
       dev.lost <- Some "hang bound";
-      match K.stop s dev ~bound_ms:6000 with
+      (match K.stop s dev ~bound_ms:6000 with
       | K.Stop_returned t | K.Stop_raised (_, t) ->
-          if t > 2.0 then K.flag s "with work hanging, stop took %.0f ms to return" (t *. 1000.))
+          if t > 2.0 then K.flag s "with work hanging, stop took %.0f ms to return" (t *. 1000.));
+      (* A stop that waits for running work but not for ever (a drain
+         bounded at a second) returns as the work ends: with twice the work
+         it takes about twice as long.  A stop slow for reasons of its own
+         takes as long either way, and one that does not wait, no time. *)
+      match P.kit.spin with
+      | None -> ()
+      | Some spin ->
+          let stop_during ms =
+            let dev = K.open_first s in
+            let h = K.kit_entry s dev "spin" spin in
+            (match K.submit dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] with
+            | Ok _ -> ()
+            | Error e -> raise (Skip (spf "setup: a spin launch: %s" e)));
+            dev.lost <- Some "hang bound";
+            match K.stop s dev ~bound_ms:6000 with K.Stop_returned t | K.Stop_raised (_, t) -> t
+          in
+          let short = 300 + (10 * K.int s 10) in
+          let long = 2 * short in
+          let t1 = stop_during short and t2 = stop_during long in
+          let ms x = x *. 1000. in
+          if ms t1 >= 0.8 *. float short && ms t2 >= 0.8 *. float long && ms (t2 -. t1) >= 0.6 *. float (long - short) then
+            K.flag s "with work running, stop returned as the work ended: %.0f ms with a %d-ms spin running, %.0f ms with a %d-ms one"
+              (ms t1) short (ms t2) long)
 
 (* STOP-3: with no work running, stop writes the last value before it
    returns. *)
