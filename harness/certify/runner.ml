@@ -175,7 +175,7 @@ type running = {
 
 (* The functions the document bounds (sleep by still_ms, which rig keeps
    under its hang bound; a stop that must not wait; calls that must not
-   block) get less than the probes' own bound of 6 s, so that the first hang
+   block) get well under the probes' own bound of 9 s, so that the first hang
    is seen here and every later one costs a second; the others (make, image,
    alloc: a real device may take seconds) get more. *)
 let call_limit = function "sleep" | "stop" | "signaled" | "locate" | "peer" -> 5. | _ -> 30.

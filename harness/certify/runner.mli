@@ -74,7 +74,7 @@ val run_all :
 
 (** Seconds a call of the function may be in flight before its run ends as
     [Hung]: 5 s for those the document bounds (sleep, stop, signaled,
-    locate, peer: under the probes' own bound of 6 s, above what a
+    locate, peer: well under the probes' own bound of 9 s, above what a
     conforming call takes, a sleep being asked for at most rig's hang
     bound), 30 s for the others. *)
 val call_limit : string -> float

@@ -279,7 +279,7 @@ module Kit (P : Package) = struct
       if w >= v then Reached
       else if now () > deadline then Timed_out w
       else
-        match sleep s dev ~seen:w ~still_ms:20 ~bound_ms:6000 with
+        match sleep s dev ~seen:w ~still_ms:20 ~bound_ms:9000 with
         | Returned | Other _ -> loop ()
         | Faulted why -> Fault_seen why
     in
@@ -335,7 +335,7 @@ module Kit (P : Package) = struct
     if not dev.stopped then begin
       if dev.lost = None && not dev.hung then ignore (wait_value s dev dev.last ~ms:3000);
       if dev.hung && dev.lost = None then dev.lost <- Some "hang bound";
-      ignore (stop s dev ~bound_ms:6000)
+      ignore (stop s dev ~bound_ms:9000)
     end
 
   (* After stop: wait (bounded) until the word reads the last value. *)

@@ -14,7 +14,7 @@ let stop2_no_wait (module P : Package) ~seed =
       dev.hung <- true;
       Thread.delay (0.02 +. (0.01 *. float_of_int (K.int s 5)));
       dev.lost <- Some "hang bound";
-      (match K.stop s dev ~bound_ms:6000 with
+      (match K.stop s dev ~bound_ms:9000 with
       | K.Stop_returned t | K.Stop_raised (_, t) ->
           if t > 2.0 then K.flag s "with work hanging, stop took %.0f ms to return" (t *. 1000.));
       (* A stop that waits for running work but not for ever (a drain
@@ -31,7 +31,7 @@ let stop2_no_wait (module P : Package) ~seed =
             | Ok _ -> ()
             | Error e -> raise (Skip (spf "setup: a spin launch: %s" e)));
             dev.lost <- Some "hang bound";
-            match K.stop s dev ~bound_ms:6000 with K.Stop_returned t | K.Stop_raised (_, t) -> t
+            match K.stop s dev ~bound_ms:9000 with K.Stop_returned t | K.Stop_raised (_, t) -> t
           in
           let short = 300 + (10 * K.int s 10) in
           let long = 2 * short in
@@ -55,7 +55,7 @@ let stop3_uncommitted (module P : Package) ~seed =
         | Ok v -> v
         | Error e -> raise (Skip (spf "setup: an uncommitted Fill: %s" e))
       in
-      ignore (K.stop s dev ~bound_ms:6000);
+      ignore (K.stop s dev ~bound_ms:9000);
       let w = P.D.signaled dev.d in
       (* A word below the value it showed before stop was dropped: STOP-5's. *)
       if w <> v && w >= done_v then
@@ -77,7 +77,7 @@ let stop3_running (module P : Package) ~seed =
         | Ok v -> v
         | Error e -> raise (Skip (spf "setup: a spin launch: %s" e))
       in
-      ignore (K.stop s dev ~bound_ms:6000);
+      ignore (K.stop s dev ~bound_ms:9000);
       let w = K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v || w < done_v) in
       if w <> v && w >= done_v then
         K.flag s "%d ms after stop (work spinning %d ms), the word reads %d, not the last value %d given to submit"
@@ -113,7 +113,7 @@ let stop4_drop_encoded (module P : Package) ~seed =
       (match K.submit ~commit:false a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b2 ] with
       | Ok _ -> ()
       | Error e -> raise (Skip (spf "setup: an uncommitted Fill: %s" e)));
-      ignore (K.stop s a ~bound_ms:6000);
+      ignore (K.stop s a ~bound_ms:9000);
       ignore (K.settled a ~ms:1000);
       Thread.delay 0.05;
       let got = witness.wread ~off:0 ~len:n in
@@ -161,7 +161,7 @@ let stop5_keeps (module P : Package) ~seed =
         | _ -> None
       in
       if P.D.signaled a.d <> v then raise (Skip "setup: the word does not read the completed value");
-      ignore (K.stop s a ~bound_ms:6000);
+      ignore (K.stop s a ~bound_ms:9000);
       let bad = ref None in
       let deadline = now () +. 0.3 +. (0.01 *. float_of_int (K.int s 20)) in
       while now () < deadline && !bad = None do
@@ -196,7 +196,7 @@ let stop6_no_late_write (module P : Package) ~seed =
         | Ok v -> v
         | Error e -> raise (Skip (spf "setup: a Fill behind the spin: %s" e))
       in
-      ignore (K.stop s dev ~bound_ms:6000);
+      ignore (K.stop s dev ~bound_ms:9000);
       if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) = v then begin
         let t0 = now () in
         let bad = ref None in

@@ -16,7 +16,7 @@ let time3_early_return (module P : Package) ~seed =
       let w = P.D.signaled dev.d in
       List.iter
         (fun seen ->
-          let outcome, ms = K.timed_sleep s dev ~seen ~still_ms:2000 ~bound_ms:6000 in
+          let outcome, ms = K.timed_sleep s dev ~seen ~still_ms:2000 ~bound_ms:9000 in
           match outcome with
           | K.Returned | K.Faulted _ | K.Other _ ->
               if ms > 1000. then
@@ -41,7 +41,7 @@ let time4_bounded_sleep (module P : Package) ~seed =
         if k > 0 then begin
           let still = 30 + K.int s 70 in
           let w = P.D.signaled dev.d in
-          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
+          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
           if ms > float_of_int (still + sleep_slack_ms) then
             K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms" w still ms;
           match outcome with K.Faulted _ -> () | _ -> go (k - 1)
@@ -59,7 +59,7 @@ let time5_fault_sticks (module P : Package) ~seed =
       ignore (K.launch dev h "fault");
       let deadline = now () +. 3. in
       let rec first () =
-        match K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:20 ~bound_ms:6000 with
+        match K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:20 ~bound_ms:9000 with
         | K.Faulted why -> Some why
         | _ -> if now () > deadline then None else first ()
       in
@@ -68,7 +68,7 @@ let time5_fault_sticks (module P : Package) ~seed =
       | Some why ->
           let again = 3 + K.int s 3 in
           for k = 1 to again do
-            match K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:20 ~bound_ms:6000 with
+            match K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:20 ~bound_ms:9000 with
             | K.Faulted _ -> ()
             | K.Returned -> K.flag s "sleep call %d after the Fault (%s) returned instead of raising Fault" k why
             | K.Other e -> K.flag s "sleep call %d after the Fault (%s) raised %s instead of Fault" k why (Printexc.to_string e)
@@ -94,7 +94,7 @@ let time6_sleep_during_submit (module P : Package) ~seed =
       let rounds = if held then 1 else 200 in
       (* A sleep too long with nothing else running is TIME-4's. *)
       let alone = 20 + K.int s 30 in
-      let _, ms = K.timed_sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:alone ~bound_ms:(alone + 5000) in
+      let _, ms = K.timed_sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:alone ~bound_ms:(alone + 8000) in
       if ms > float_of_int (alone + sleep_slack_ms) then
         raise (Skip (spf "sleep ~still_ms:%d took %.0f ms with no submit running (TIME-4's probe judges that)" alone ms));
       let sleeping = Atomic.make false and submitting = Atomic.make false in
@@ -122,7 +122,7 @@ let time6_sleep_during_submit (module P : Package) ~seed =
           let w = P.D.signaled dev.d in
           Atomic.set sleeping true;
           let during = Atomic.get submitting in
-          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 5000) in
+          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
           Atomic.set sleeping false;
           if during then Atomic.incr overlaps;
           if ms > float_of_int (still + sleep_slack_ms) then
