@@ -1,6 +1,8 @@
 """Drivers that crash or hang (drivers/crashing): each run ends in a crash or
 timeout verdict naming how, the certifier exits 1, and its report still holds
-every clause of the catalog with a replay line for each failure."""
+every clause of the catalog with a replay line for each failure.  A hang
+fails the clause that bounds the call that hung (a spinning locate LOCK-6's,
+a stop that never returns STOP-2's), so --only selects those."""
 
 import json
 import subprocess
@@ -33,7 +35,7 @@ def test_a_crash_or_a_hang_is_a_verdict_and_the_report_is_whole(plugin, driver, 
     report = tmp_path / "r.json"
     proc = subprocess.run(
         [ensure_rig(), "certify", "--plugin", plugin, "--driver", driver, "--no-sweep", "--no-color",
-         "--seeds", "1", "--timeout", "4", "--only", "MEM-2,STOP-2,CNT-1", "--report", str(report)],
+         "--seeds", "1", "--timeout", "4", "--only", "MEM-2,STOP-2,CNT-1,LOCK-6", "--report", str(report)],
         cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT,
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
