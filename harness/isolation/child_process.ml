@@ -131,22 +131,29 @@ let last_lines c n =
 
 let become_subreaper () = subreaper ()
 
-(* pid, parent and process group of each process, from /proc. *)
+(* The parent and process group of a process, from /proc. *)
+let parent_and_group pid =
+  match In_channel.with_open_bin (Printf.sprintf "/proc/%d/stat" pid) In_channel.input_all with
+  | s -> (
+      (* The command name may hold spaces and parentheses: read after the last ')'. *)
+      match String.rindex_opt s ')' with
+      | Some i -> (
+          match String.split_on_char ' ' (String.sub s (i + 2) (String.length s - i - 2)) with
+          | _state :: ppid :: pgrp :: _ -> (
+              match (int_of_string_opt ppid, int_of_string_opt pgrp) with Some p, Some g -> Some (p, g) | _ -> None)
+          | _ -> None)
+      | None -> None)
+  | exception _ -> None
+
+(* pid, parent and process group of each process. *)
 let processes () =
-  let stat pid =
-    match In_channel.with_open_bin (Printf.sprintf "/proc/%s/stat" pid) In_channel.input_all with
-    | s -> (
-        (* The command name may hold spaces and parentheses: read after the last ')'. *)
-        match String.rindex_opt s ')' with
-        | Some i -> (
-            match String.split_on_char ' ' (String.sub s (i + 2) (String.length s - i - 2)) with
-            | _state :: ppid :: pgrp :: _ -> Option.map (fun p -> (int_of_string pid, p, int_of_string pgrp)) (int_of_string_opt ppid)
-            | _ -> None)
-        | None -> None)
-    | exception _ -> None
-  in
   match Sys.readdir "/proc" with
-  | entries -> Array.to_list entries |> List.filter_map (fun e -> if e <> "" && e.[0] >= '0' && e.[0] <= '9' then stat e else None)
+  | entries ->
+      Array.to_list entries
+      |> List.filter_map (fun e ->
+             match int_of_string_opt e with
+             | Some pid -> Option.map (fun (ppid, pgrp) -> (pid, ppid, pgrp)) (parent_and_group pid)
+             | None -> None)
   | exception Sys_error _ -> []
 
 let end_strays ~keep =

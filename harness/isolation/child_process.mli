@@ -51,6 +51,10 @@ val last_lines : t -> int -> string
 
 (** {1 What a driver leaves behind} *)
 
+(** [parent_and_group pid]: the parent and the process group of a process
+    (from /proc), or [None] when it is gone. *)
+val parent_and_group : int -> (int * int) option
+
 (** [become_subreaper ()]: processes orphaned below the certifier are
     re-parented to it, not to init. *)
 val become_subreaper : unit -> unit

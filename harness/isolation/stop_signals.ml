@@ -5,16 +5,7 @@ external next_raw : unit -> int * int = "rig_iso_next_stop_signal"
 
 let install = install_raw
 
-let parent_of pid =
-  match In_channel.with_open_bin (Printf.sprintf "/proc/%d/stat" pid) In_channel.input_all with
-  | s -> (
-      match String.rindex_opt s ')' with
-      | Some i -> (
-          match String.split_on_char ' ' (String.sub s (i + 2) (String.length s - i - 2)) with
-          | _ :: ppid :: _ -> int_of_string_opt ppid
-          | _ -> None)
-      | None -> None)
-  | exception _ -> None
+let parent_of pid = Option.map fst (Child_process.parent_and_group pid)
 
 (* A descendant: one of ours, or a process whose parents lead here. *)
 let descendant ~ours pid =
