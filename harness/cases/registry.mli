@@ -12,6 +12,9 @@ val rig_flow_cases : Case.t list
 (** The asynchronous-exception cases (Async_cases): async.FLOW. *)
 val async_cases : Case.t list
 
+(** The model's cases (harness/model): model.driver. *)
+val model_cases : Case.t list
+
 (** [needs_fake name]: whether the case needs the fake driver's knobs, so
     that it is n/a for another driver (an async case as its flow does). *)
 val needs_fake : string -> bool

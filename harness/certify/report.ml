@@ -134,22 +134,7 @@ let print_table ~color lines =
 (* Valid UTF-8 JSON from any bytes: an invalid piece (a maximal invalid
    subpart, Safe_text) is one \ufffd; controls (C0, DEL, C1) and U+2028,
    U+2029 (line ends to JavaScript) are \u escapes. *)
-let json_string s =
-  let b = Buffer.create (String.length s + 2) in
-  Buffer.add_char b '"';
-  Safe_text.iter s
-    ~invalid:(fun _ -> Buffer.add_string b "\\ufffd")
-    ~valid:(fun u bytes ->
-      match Uchar.to_int u with
-      | 0x22 -> Buffer.add_string b "\\\""
-      | 0x5c -> Buffer.add_string b "\\\\"
-      | 0x0a -> Buffer.add_string b "\\n"
-      | 0x09 -> Buffer.add_string b "\\t"
-      | 0x0d -> Buffer.add_string b "\\r"
-      | c when Safe_text.is_control u || c = 0x2028 || c = 0x2029 -> Printf.bprintf b "\\u%04x" c
-      | _ -> Buffer.add_string b bytes);
-  Buffer.add_char b '"';
-  Buffer.contents b
+let json_string = Safe_text.json_string
 
 (* Well-formed XML 1.0 from any bytes: an invalid piece is one U+FFFD, as
    are U+FFFE and U+FFFF; the controls XML 1.0 has no place for (C0 but

@@ -28,6 +28,9 @@ let run_args j =
   @ List.concat_map (fun p -> [ "--plugin"; p ]) j.plugins
   @ [ "--driver"; j.driver; "--case"; j.case.name; "--seed"; string_of_int j.seed ]
   @ (match j.mutant with Some m -> [ "--mutant"; m ] | None -> [])
+  @ (match Sys.getenv_opt "RIG_CONFORM_SEQUENCES" with
+    | Some n when String.starts_with ~prefix:"model." j.case.name -> [ "--sequences"; n ]
+    | _ -> [])
   @ match j.inject with Some i -> [ "--inject"; Injection.to_string i ] | None -> []
 
 (* The program as the user would type it: relative to the current directory

@@ -254,11 +254,14 @@ let fake_only : (string, unit) Hashtbl.t = Hashtbl.create 8
 
 let needs_fake name = Hashtbl.mem fake_only name
 
+(* A scenario that drives the driver directly is the model's (a shrunk
+   counterexample): it runs as the model runs a program. *)
 let case ~file (t : S.t) =
   let name = "scn." ^ Filename.remove_extension (Filename.basename file) in
   if t.needs_fake then Hashtbl.replace fake_only name ();
   let run (module P : Rig_edge.Package) ~seed:_ =
     if t.needs_fake && P.name <> Fake.name then Not_applicable "needs the fake driver's knobs"
+    else if t.drives_driver then Model_cases.replay_scenario (module P) ~file ~clauses:t.clauses t.stmts
     else
       let module I = Interp (P) in
       let acc = ref [] in
@@ -303,6 +306,11 @@ let check_clauses ~file (t : S.t) =
    huge file named *.scn is an error naming the file, not a hang.  Messages
    show the file name safe for a terminal (Safe_text.terminal); the case
    keeps the name as it is, for its replay line. *)
+let load_file file =
+  let shown = Safe_text.terminal file in
+  Result.bind (S.parse_file file) (fun t ->
+      Result.bind (check_clauses ~file:shown t) (fun () -> Result.map (fun () -> case ~file t) (check_mutants ~file:shown t)))
+
 let load dir =
   match Sys.readdir dir with
   | exception Sys_error _ -> Ok []

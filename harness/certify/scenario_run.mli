@@ -20,6 +20,10 @@ val directory : unit -> (string, string) result
     shown with {!Safe_text.terminal}; a case keeps the file's name as it is. *)
 val load : string -> (Case.t list, string) result
 
+(** [load_file path]: one scenario file as a case (rig-conform run
+    --scenario), or its error as {!load} gives it. *)
+val load_file : string -> (Case.t, string) result
+
 (** Whether a loaded scenario case (scn.NAME) needs the fake driver's
     knobs, so that it is n/a for another driver. *)
 val needs_fake : string -> bool

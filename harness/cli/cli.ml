@@ -16,7 +16,7 @@ let help =
 Usage:
   rig-conform certify [--plugin PATH] [--driver NAME] [--only IDS] [--seeds N | --seed N] [-j N]
                       [--timeout SECONDS] [--report PATH] [--junit PATH] [--markdown PATH]
-                      [--no-sweep] [--batch N] [--list] [--no-color]
+                      [--no-sweep] [--batch N] [--sequences N] [--list] [--no-color]
       Certifies a driver: one verdict per clause of spec/clauses.tsv (pass, fail, n/a,
       unchecked), printed and written to PATH (default out/certify/report.json).
       Exit 0 when no clause fails, 1 when one does (a driver whose plugin cannot be
@@ -25,8 +25,11 @@ Usage:
       driver has fault injection (the fake), it also runs the systematic sweep
       (see sweep) and counts its runs in the verdicts; --no-sweep skips it.
   rig-conform run --case NAME --seed N [--plugin PATH] [--driver NAME] [--mutant NAME] [--inject F:N:K]
+                  [--sequences N]
       Runs one case once, in this process, and prints its findings: the replay line
       that certify prints beside each failure.  Exit 1 when it finds a violation.
+  rig-conform run --scenario FILE [--plugin PATH] [--driver NAME]
+      Runs one scenario file (a model counterexample's .scn, say) as a case, the same way.
   rig-conform selftest [--seeds N] [-j N] [--timeout SECONDS] [--report PATH]
       Proves the checks: each mutant of the fake driver and of the reference rig must be
       flagged with exactly its clause, and the conforming pair with nothing across N seeds
@@ -86,6 +89,9 @@ Options:
                     handler of a signal sent as the wait starts.  Given several times (not
                     async@/wait@), runs each point in turn in this process, each output after
                     a line POINT<TAB>F:N:K: how the sweep's children run a batch
+  --sequences N     (certify, run) programs each run of a model.* case draws and runs
+                    (default 8, at most 100000)
+  --scenario FILE   (run) the scenario file to run
   --no-sweep        (certify) skip the systematic fault-injection sweep
   --list            (certify) the clauses, the cases that check each, the driver's kit; runs nothing
   --no-color        no colour (also when NO_COLOR is set or stdout is not a terminal)
@@ -111,6 +117,8 @@ type opts = {
   mutable markdown : string option;
   mutable color : bool;
   mutable out : string option;
+  mutable sequences : int option;
+  mutable scenario : string option;
 }
 
 let cores () =
@@ -146,7 +154,8 @@ let parse_opts args ~allowed =
   let o =
     { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = None; report = None; case = None;
       mutant = None; plugins = []; injects = []; shard = None; sweep = true; random = None; batch = None; list = false;
-      junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None; out = None }
+      junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None; out = None;
+      sequences = None; scenario = None }
   in
   let is_flag s = String.length s > 0 && s.[0] = '-' in
   (* A flag given twice with other values, or --seed with --seeds: which one
@@ -169,6 +178,14 @@ let parse_opts args ~allowed =
     | flag :: [] when is_flag flag -> usage_error "%s needs a value" flag
     | "--random" :: v :: rest -> o.random <- Some (positive "--random" v); go rest
     | "--batch" :: v :: rest -> o.batch <- Some (positive "--batch" v); go rest
+    | "--sequences" :: v :: rest ->
+        once "--sequences" v;
+        let n = positive "--sequences" v in
+        if n > 100000 then usage_error "--sequences %d: at most 100000" n;
+        (* the model cases read it in the children, which inherit it *)
+        Unix.putenv "RIG_CONFORM_SEQUENCES" (string_of_int n);
+        o.sequences <- Some n; go rest
+    | "--scenario" :: v :: rest -> once "--scenario" v; o.scenario <- Some (path_arg "--scenario" v); go rest
     | "--driver" :: v :: rest ->
         if v = "" then usage_error "--driver wants a driver's name, not an empty word";
         o.driver <- v; go rest

@@ -30,6 +30,8 @@ type opts = {
   mutable markdown : string option;  (** absolute *)
   mutable color : bool;
   mutable out : string option;     (** calibrate's output *)
+  mutable sequences : int option;  (** the model cases' programs per run (also put in RIG_CONFORM_SEQUENCES) *)
+  mutable scenario : string option;  (** run's scenario file, absolute *)
 }
 
 (** [parse_opts args ~allowed]: the options of a subcommand; any other is a

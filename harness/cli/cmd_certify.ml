@@ -38,10 +38,15 @@ let main args =
     Cli.parse_opts args
       ~allowed:
         [ "--driver"; "--plugin"; "--only"; "--seeds"; "--seed"; "-j"; "--timeout"; "--report"; "--junit"; "--markdown";
-          "--shard"; "--no-sweep"; "--list"; "--batch"; "--no-color" ]
+          "--shard"; "--no-sweep"; "--list"; "--batch"; "--no-color"; "--sequences" ]
   in
   let seeds = if o.seeds = [] then [ 1; 2; 3 ] else o.seeds in
   let report = Option.value o.report ~default:(Filename.concat (Sys.getcwd ()) "out/certify/report.json") in
+  (* The model cases' counterexamples go beside the report (the children
+     inherit the variable). *)
+  if Sys.getenv_opt "RIG_CONFORM_COUNTEREXAMPLES" = None then
+    Unix.putenv "RIG_CONFORM_COUNTEREXAMPLES"
+      (Filename.concat (Filename.dirname report) (Filename.remove_extension (Filename.basename report) ^ "-counterexamples"));
   let beside ext = Filename.remove_extension report ^ ext in
   let junit = Option.value o.junit ~default:(beside ".xml") in
   let markdown = Option.value o.markdown ~default:(beside ".md") in

@@ -27,15 +27,25 @@ let apply_mutant (drv : Drivers.t) = function
       else Cli.usage_error "no mutant %S of the reference rig or of this driver (see rig-conform list)" m
 
 let run args =
-  let o = Cli.parse_opts args ~allowed:[ "--driver"; "--plugin"; "--case"; "--seed"; "--mutant"; "--inject" ] in
-  let name = match o.case with Some n -> n | None -> Cli.usage_error "run needs --case NAME" in
-  let seed = match o.seeds with [ s ] -> s | _ -> Cli.usage_error "run needs --seed N" in
-  (* The scenarios are read before the driver's code can move the directory. *)
-  let case =
-    match List.find_opt (fun (c : Case.t) -> c.name = name) (Known_cases.all_cases ()) with
-    | Some c -> c
-    | None -> Cli.usage_error "no case %S (see rig-conform list)" name
+  let o =
+    Cli.parse_opts args ~allowed:[ "--driver"; "--plugin"; "--case"; "--seed"; "--mutant"; "--inject"; "--sequences"; "--scenario" ]
   in
+  (* The scenarios are read before the driver's code can move the directory. *)
+  let case, seed =
+    match (o.case, o.scenario) with
+    | Some _, Some _ -> Cli.usage_error "run: give --case NAME or --scenario FILE, not both"
+    | None, Some file -> (
+        match Scenario_run.load_file file with
+        | Ok c -> (c, (match o.seeds with [ s ] -> s | _ -> 1))
+        | Error why -> Cli.usage_error "scenario %s" why)
+    | None, None -> Cli.usage_error "run needs --case NAME (or --scenario FILE)"
+    | Some name, None -> (
+        let seed = match o.seeds with [ s ] -> s | _ -> Cli.usage_error "run needs --seed N" in
+        match List.find_opt (fun (c : Case.t) -> c.name = name) (Known_cases.all_cases ()) with
+        | Some c -> (c, seed)
+        | None -> Cli.usage_error "no case %S (see rig-conform list)" name)
+  in
+  let name = case.name in
   let drv = driver_here o in
   let arm inject =
     drv.reset ();

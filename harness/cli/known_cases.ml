@@ -8,7 +8,7 @@ let scenario_files =
     | Ok dir -> ( match Scenario_run.load dir with Ok cases -> cases | Error why -> Cli.usage_error "scenario %s" why))
 
 let rig_cases () = Registry.rig_flow_cases @ Lazy.force scenario_files
-let all_cases () = Registry.probe_cases @ rig_cases () @ Registry.async_cases
+let all_cases () = Registry.probe_cases @ Registry.model_cases @ rig_cases () @ Registry.async_cases
 
 let checks_any clauses (c : Case.t) = List.exists (fun (k : Catalog.clause) -> List.mem k.id c.clauses) clauses
 let cases_for clauses = List.filter (checks_any clauses) (all_cases ())

@@ -59,3 +59,21 @@ let prefix ~max s =
      done
    with Exit -> ());
   if !stop = String.length s then None else Some (String.sub s 0 !stop)
+
+(* A JSON string literal: valid UTF-8 (U+FFFD for invalid bytes), controls escaped. *)
+let json_string s =
+  let b = Buffer.create (String.length s + 2) in
+  Buffer.add_char b '"';
+  Safe_text.iter s
+    ~invalid:(fun _ -> Buffer.add_string b "\\ufffd")
+    ~valid:(fun u bytes ->
+      match Uchar.to_int u with
+      | 0x22 -> Buffer.add_string b "\\\""
+      | 0x5c -> Buffer.add_string b "\\\\"
+      | 0x0a -> Buffer.add_string b "\\n"
+      | 0x09 -> Buffer.add_string b "\\t"
+      | 0x0d -> Buffer.add_string b "\\r"
+      | c when Safe_text.is_control u || c = 0x2028 || c = 0x2029 -> Printf.bprintf b "\\u%04x" c
+      | _ -> Buffer.add_string b bytes);
+  Buffer.add_char b '"';
+  Buffer.contents b

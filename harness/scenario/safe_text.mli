@@ -44,3 +44,8 @@ val utf8 : string -> string
     invalid piece counts as one) when [s] has more, else [None]; never cuts
     a character. *)
 val prefix : max:int -> string -> string option
+
+(** [json_string s]: [s] as a JSON string literal, quotes included: valid
+    UTF-8 (each maximal invalid subpart becomes \ufffd), control characters
+    and U+2028/U+2029 escaped. *)
+val json_string : string -> string

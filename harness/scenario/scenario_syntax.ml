@@ -6,7 +6,7 @@ type arg = Word of string | Int of int | Str of string | Sep | Kv of string * st
 
 type stmt = { line : int; col : int; verb : string; args : arg list; expect : string option; cols : int list }
 
-type t = { name : string; clauses : string list; clauses_at : (int * int) list; needs_fake : bool; stmts : stmt list }
+type t = { name : string; clauses : string list; clauses_at : (int * int) list; needs_fake : bool; drives_driver : bool; stmts : stmt list }
 
 external c_parse : string -> string -> (stmt list, string) result = "caml_scn_parse"
 
@@ -16,7 +16,7 @@ let parse ~file text =
   | Ok all ->
       (* The C parser guarantees: scenario first with one Str, clauses once
          with Words, needs at most once; all before any other statement. *)
-      let name = ref "" and clauses = ref [] and clauses_at = ref [] and needs_fake = ref false in
+      let name = ref "" and clauses = ref [] and clauses_at = ref [] and needs_fake = ref false and drives = ref false in
       let stmts =
         List.filter
           (fun s ->
@@ -28,10 +28,11 @@ let parse ~file text =
                 clauses_at := List.map snd words;
                 false
             | "needs", _ -> needs_fake := true; false
+            | "drives", _ -> drives := true; false
             | _ -> true)
           all
       in
-      Ok { name = !name; clauses = !clauses; clauses_at = !clauses_at; needs_fake = !needs_fake; stmts }
+      Ok { name = !name; clauses = !clauses; clauses_at = !clauses_at; needs_fake = !needs_fake; drives_driver = !drives; stmts }
 
 let max_bytes = 1 lsl 20
 

@@ -19,9 +19,9 @@ type stmt = { line : int; col : int; verb : string; args : arg list; expect : st
 (** [cols]: the column of each of [args], in order (all on [line]). *)
 
 (** A scenario: its name (from [scenario "..."]), its clause IDs (from
-    [clauses]), whether it says [needs fake], and its other statements in
+    [clauses]), whether it says [needs fake], whether it says [drives driver] (its statements call the driver directly, run by the model's executor), and its other statements in
     file order. *)
-type t = { name : string; clauses : string list; clauses_at : (int * int) list; needs_fake : bool; stmts : stmt list }
+type t = { name : string; clauses : string list; clauses_at : (int * int) list; needs_fake : bool; drives_driver : bool; stmts : stmt list }
 (** [clauses_at]: the line and column of each of [clauses], in order (for
     messages about a clause ID, such as one not in the catalog). *)
 

@@ -102,7 +102,7 @@ struct P {
   size_t llen;
   struct tok toks[MAX_TOKS];
   int ntok, ti, overflow;
-  int scenario_line, clauses_line, needs_line, body_line;
+  int scenario_line, clauses_line, needs_line, drives_line, body_line;
   struct {
     const struct tok *t;
     int sort;
@@ -652,15 +652,20 @@ static int g_submit(struct P *p) {
 }
 
 enum verb {
-  V_SCENARIO, V_CLAUSES, V_NEEDS, V_CONFIGURE, V_INJECT, V_OPEN, V_CLOSE, V_ALLOC, V_FREE,
+  V_SCENARIO, V_CLAUSES, V_NEEDS, V_DRIVES, V_CONFIGURE, V_INJECT, V_OPEN, V_CLOSE, V_ALLOC, V_FREE,
   V_MAP_PEER, V_MAP_HOST, V_DMA, V_WRITE, V_READ, V_LOAD, V_UNLOAD, V_ENTRY, V_PREPARE,
-  V_SUBMIT, V_WAIT, V_SPAWN, V_AWAIT_CALL, V_JOIN, V_SCHEDULE, V_SCHEDULE_MUTANT, V_COUNT
+  V_SUBMIT, V_WAIT, V_SPAWN, V_AWAIT_CALL, V_JOIN, V_SCHEDULE, V_SCHEDULE_MUTANT, V_SLEEP, V_SIGNALED,
+  V_PEER, V_COUNT
 };
 static const char *const VERBS[] = {
-    "scenario", "clauses", "needs", "configure", "inject", "open", "close", "alloc",
+    "scenario", "clauses", "needs", "drives", "configure", "inject", "open", "close", "alloc",
     "free", "map_peer", "map_host", "dma", "write", "read", "load", "unload", "entry",
-    "prepare", "submit", "wait", "spawn", "await_call", "join", "schedule", "schedule_mutant", NULL};
-#define VERBS_WHAT "a statement (scenario, clauses, needs, configure, inject, open, close, alloc, free, map_peer, map_host, dma, write, read, load, unload, entry, prepare, submit, wait, spawn, await_call, join, schedule or schedule_mutant)"
+    "prepare", "submit", "wait", "spawn", "await_call", "join", "schedule", "schedule_mutant", "sleep", "signaled",
+    "peer", NULL};
+#define VERBS_WHAT "a statement (scenario, clauses, needs, drives, configure, inject, open, close, alloc, free, map_peer, map_host, dma, write, read, load, unload, entry, prepare, submit, wait, spawn, await_call, join, schedule, schedule_mutant, sleep, signaled or peer)"
+
+/* Calls only a scenario that drives the driver directly makes. */
+static int driver_only(int v) { return v == V_SLEEP || v == V_SIGNALED || v == V_PEER; }
 
 /* The fake's knobs and the fuzzer's schedules: only after "needs fake". */
 static int fake_only(int v) {
@@ -696,6 +701,8 @@ static int g_action(struct P *p, enum verb v) {
     struct name *nm = NULL;
     const struct tok *t = next(p);
     if (g_ref_tok(p, t, S_DEV, sort_what(S_DEV), &nm)) return -1;
+    /* "now": stop with the work still running (drives driver) */
+    if (peek(p)->k == T_WORD && peek(p)->vlen == 3 && memcmp(peek(p)->val, "now", 3) == 0) next(p);
     return 0;
   }
   case V_ALLOC:
@@ -722,6 +729,13 @@ static int g_action(struct P *p, enum verb v) {
   case V_AWAIT_CALL: return g_kw(p, FNS, FNS_WHAT, NULL);
   case V_JOIN: return g_ref(p, S_THR);
   case V_SCHEDULE: return g_schedule(p);
+  case V_SLEEP: {
+    static const char *const K[] = {"current", "other", NULL};
+    return g_ref(p, S_DEV) || g_kw(p, K, "what sleep sees (current or other)", NULL) ||
+           g_int(p, 0, SCN_MAX_INT, "still_ms (an integer >= 0)");
+  }
+  case V_SIGNALED: return g_ref(p, S_DEV);
+  case V_PEER: return g_ref(p, S_DEV) || g_ref(p, S_DEV);
   case V_SCHEDULE_MUTANT: {
     /* The name is checked by the interpreter, which knows the fuzzer's mutants. */
     const struct tok *t = next(p);
@@ -741,7 +755,7 @@ static int header_before_body(struct P *p, const struct tok *vt, enum verb v) {
   if (v == V_SCENARIO && p->scenario_line)
     return fail(p, vt->col, "expected one scenario statement (the first is at line %d), found another",
                 p->scenario_line);
-  if (p->body_line && (v == V_CLAUSES || v == V_NEEDS))
+  if (p->body_line && (v == V_CLAUSES || v == V_NEEDS || v == V_DRIVES))
     return fail(p, vt->col, "expected %s before the first action (line %d), found it after",
                 VERBS[v], p->body_line);
   if (v == V_CLAUSES && p->clauses_line)
@@ -750,6 +764,9 @@ static int header_before_body(struct P *p, const struct tok *vt, enum verb v) {
   if (v == V_NEEDS && p->needs_line)
     return fail(p, vt->col, "expected one needs statement (the first is at line %d), found another",
                 p->needs_line);
+  if (v == V_DRIVES && p->drives_line)
+    return fail(p, vt->col, "expected one drives statement (the first is at line %d), found another",
+                p->drives_line);
   if (v > V_NEEDS && !p->clauses_line)
     return fail(p, vt->col, "expected 'clauses' (the clause IDs it exercises) before the first action, found %s",
                 describe(vt, b, sizeof b));
@@ -817,16 +834,24 @@ static int statement(struct P *p) {
     if (g_kw(p, K, "'fake' (the fake driver's knobs)", NULL)) return -1;
     break;
   }
+  case V_DRIVES: {
+    static const char *const K[] = {"driver", NULL};
+    if (g_kw(p, K, "'driver' (the statements call the driver directly, as the model does)", NULL)) return -1;
+    break;
+  }
   case V_SPAWN: {
     const struct tok *t;
     if (g_new(p, S_THR)) return -1;
     t = next(p);
     inner = in_set(t, VERBS);
-    if (inner < 0 || inner == V_SCENARIO || inner == V_CLAUSES || inner == V_NEEDS || inner == V_SPAWN ||
+    if (inner < 0 || inner == V_SCENARIO || inner == V_CLAUSES || inner == V_NEEDS || inner == V_DRIVES || inner == V_SPAWN ||
         inner == V_SCHEDULE || inner == V_SCHEDULE_MUTANT)
       return expected(p, t, "a statement to run on the thread (any but scenario, clauses, needs, spawn, schedule and schedule_mutant)");
     if (fake_only(inner) && !p->needs_line)
       return fail(p, t->col, "expected 'needs fake' before %s (its knobs are the fake driver's), found none",
+                  VERBS[inner]);
+    if (driver_only(inner) && !p->drives_line)
+      return fail(p, t->col, "expected 'drives driver' before %s (rig makes that call itself), found none",
                   VERBS[inner]);
     if (g_action(p, (enum verb)inner)) return -1;
     break;
@@ -834,6 +859,9 @@ static int statement(struct P *p) {
   default:
     if (fake_only(v) && !p->needs_line)
       return fail(p, vt->col, "expected 'needs fake' before %s (its knobs are the fake driver's), found none",
+                  VERBS[v]);
+    if (driver_only(v) && !p->drives_line)
+      return fail(p, vt->col, "expected 'drives driver' before %s (rig makes that call itself), found none",
                   VERBS[v]);
     if (g_action(p, (enum verb)v)) return -1;
   }
@@ -880,6 +908,7 @@ static int statement(struct P *p) {
   if (v == V_SCENARIO) p->scenario_line = p->line;
   else if (v == V_CLAUSES) p->clauses_line = p->line;
   else if (v == V_NEEDS) p->needs_line = p->line;
+  else if (v == V_DRIVES) p->drives_line = p->line;
   else if (!p->body_line) p->body_line = p->line;
 
   if ((size_t)p->s->nstmts == p->stmt_cap) {

@@ -1,0 +1,92 @@
+(* The model.* cases; see model_cases.mli. *)
+
+let default_sequences = 8
+let phases = 30
+let spf = Printf.sprintf
+
+let sequences () =
+  match Option.bind (Sys.getenv_opt "RIG_CONFORM_SEQUENCES") int_of_string_opt with
+  | Some n when n > 0 -> n
+  | _ -> default_sequences
+
+let out_dir () = Option.value (Sys.getenv_opt "RIG_CONFORM_COUNTEREXAMPLES") ~default:"out/counterexamples"
+
+let rec mkdir_p d =
+  if d <> "" && d <> "." && d <> "/" && not (Sys.file_exists d) then (
+    mkdir_p (Filename.dirname d);
+    try Sys.mkdir d 0o755 with Sys_error _ -> ())
+
+let write_file path text =
+  try Out_channel.with_open_bin path (fun oc -> output_string oc text); true with Sys_error _ -> false
+
+(* The steps of a counterexample on one line, for the report's evidence. *)
+let one_line (o : Model_exec.outcome) =
+  List.map
+    (fun (e : Model_exec.event) ->
+      let mark = match o.violation with Some v when v.at = e.step.id -> " <-- " ^ v.clause | _ -> "" in
+      let where = if e.column = 0 then "" else spf "[thread %d] " e.column in
+      spf "%s%s => %s%s" where (Model_show.statement e.step) (Model.string_of_answer e.answer) mark)
+    o.events
+  |> String.concat "; "
+
+(* Shrink budget: candidate runs. *)
+let budget = 200
+
+let driver_case =
+  let run (module P : Rig_edge.Package) ~seed =
+    let module E = Model_exec.Make (P) in
+    let n = sequences () in
+    let rec go i =
+      if i >= n then Case.Ran []
+      else
+        let program = Model_gen.program (Random.State.make [| seed; i |]) ~phases in
+        let o = E.run program in
+        if Sys.getenv_opt "RIG_CONFORM_MODEL_TRACE" <> None then
+          print_string (Model_show.table ~title:(spf "sequence %d of seed %d" i seed) o);
+        match (o.applicable, o.violation) with
+        | Some why, _ -> Case.Not_applicable why
+        | None, None -> go (i + 1)
+        | None, Some v ->
+            let fails p = match (E.run p).violation with Some w -> w.clause = v.clause | None -> false in
+            let small, runs = Model_shrink.shrink ~fails ~budget program in
+            let so = E.run small in
+            let small, so = if so.violation <> None then (small, so) else (program, o) in
+            let v = Option.get so.violation in
+            let title =
+              spf "model.driver on %s, seed %d, sequence %d: %s (shrunk from %d steps to %d in %d runs)" P.name seed i
+                v.clause (Model_shrink.size program) (Model_shrink.size small) runs
+            in
+            let table = Model_show.table ~title so in
+            print_string table;
+            let dir = out_dir () in
+            mkdir_p dir;
+            let base = Filename.concat dir (spf "%s-seed%d-seq%d-%s" P.name seed i v.clause) in
+            let scn = Model_show.scenario ~name:(spf "model: %s, seed %d, sequence %d" P.name seed i) ~clause:v.clause small so.events in
+            let written =
+              write_file (base ^ ".txt") table && write_file (base ^ ".scn") scn
+              && write_file (base ^ ".trace.json") (Model_show.chrome_trace so)
+            in
+            let files = if written then spf "; counterexample in %s.{txt,scn,trace.json}" base else "" in
+            Case.Ran
+              [ Case.finding v.clause "%s (model sequence %d, shrunk from %d steps to %d%s): %s" v.detail i
+                  (Model_shrink.size program) (Model_shrink.size small) files (one_line so) ]
+    in
+    go 0
+  in
+  { Case.name = "model.driver"; clauses = Model.clauses; run }
+
+let cases = [ driver_case ]
+
+let replay_scenario (module P : Rig_edge.Package) ~file ~clauses stmts =
+  let module E = Model_exec.Make (P) in
+  match Model_show.program_of_scenario stmts with
+  | Error why -> Case.Ran [ Case.finding (List.hd clauses) "%s: %s" file why ]
+  | Ok program -> (
+      let o = E.run program in
+      print_string (Model_show.table ~title:file o);
+      match (o.applicable, o.violation) with
+      | Some why, _ -> Case.Not_applicable why
+      | None, None -> Case.Ran []
+      | None, Some v ->
+          let clause = if List.mem v.clause clauses then v.clause else List.hd clauses in
+          Case.Ran [ Case.finding clause "%s: %s%s" file v.detail (if clause = v.clause then "" else " (" ^ v.clause ^ ")") ])
