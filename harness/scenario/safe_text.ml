@@ -64,7 +64,7 @@ let prefix ~max s =
 let json_string s =
   let b = Buffer.create (String.length s + 2) in
   Buffer.add_char b '"';
-  Safe_text.iter s
+  iter s
     ~invalid:(fun _ -> Buffer.add_string b "\\ufffd")
     ~valid:(fun u bytes ->
       match Uchar.to_int u with
@@ -73,7 +73,7 @@ let json_string s =
       | 0x0a -> Buffer.add_string b "\\n"
       | 0x09 -> Buffer.add_string b "\\t"
       | 0x0d -> Buffer.add_string b "\\r"
-      | c when Safe_text.is_control u || c = 0x2028 || c = 0x2029 -> Printf.bprintf b "\\u%04x" c
+      | c when is_control u || c = 0x2028 || c = 0x2029 -> Printf.bprintf b "\\u%04x" c
       | _ -> Buffer.add_string b bytes);
   Buffer.add_char b '"';
   Buffer.contents b
