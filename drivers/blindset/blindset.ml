@@ -22,16 +22,16 @@ external mirror_thread : B.cdev -> unit = "bs_mirror_thread"
 
 let () = Callback.register_exception "bs.fault" (BD.Fault "")
 
+(* BS_DEBUG=1: the broken paths say when they are taken (on stderr). *)
+let debug = Sys.getenv_opt "BS_DEBUG" <> None
+let trace f = if debug then prerr_endline ("BS_TRACE " ^ f ())
+
 (* A wait of ms milliseconds, as the document asks of a wait. *)
 let wait_ms ms = Prim.wait (fun () -> nap ms)
 
-let rec push a x =
-  let l = Atomic.get a in
-  if not (Atomic.compare_and_set a l (x :: l)) then push a x
+module Stack = B.Stack
 
-let rec remove a p =
-  let l = Atomic.get a in
-  if not (Atomic.compare_and_set a l (List.filter (fun x -> not (p x)) l)) then remove a p
+let push st x = Stack.push st x
 
 (* entry over a compile of one's own, with hostmem's cache *)
 let entry_with compile (i : BD.image) f =
@@ -70,7 +70,9 @@ let cached_openers = Atomic.make None
 
 let openers_cached () =
   match Atomic.get cached_openers with
-  | Some l -> l
+  | Some l ->
+      trace (fun () -> Printf.sprintf "openers: from the cache, rig_holds () = %d" (Prim.holds ()));
+      l
   | None ->
       let l = B.openers () in
       Atomic.set cached_openers (Some l);
@@ -141,18 +143,19 @@ end
 module Alloc_not_reentrant = struct
   include BD
 
-  let inside = Atomic.make []
+  (* by thread id, modulo its size *)
+  let inside = Array.make 1024 false
 
   let alloc d m n =
-    let me = Thread.id (Thread.self ()) in
-    if List.mem me (Atomic.get inside) then failwith "blindset: alloc re-entered";
-    push inside me;
+    let k = Thread.id (Thread.self ()) land 1023 in
+    if inside.(k) then failwith "blindset: alloc re-entered";
+    inside.(k) <- true;
     match BD.alloc d m n with
     | r ->
-        remove inside (( = ) me);
+        inside.(k) <- false;
         r
     | exception e ->
-        remove inside (( = ) me);
+        inside.(k) <- false;
         raise e
 end
 
@@ -210,7 +213,7 @@ end
 
 (* SIG-6: make records the device in a table after the masked open,
    outside the mask. *)
-let opened : (string * BD.t) list Atomic.t = Atomic.make []
+let opened : (string * BD.t) Stack.t = Stack.create ()
 
 let openers_unmasked () =
   Prim.check_unheld "Blindset.openers";
@@ -223,6 +226,7 @@ let openers_unmasked () =
               (fun () ->
                 Prim.check_unheld "Blindset.make";
                 let d = Prim.masked (fun () -> B.open_device n) in
+                trace (fun () -> "make: records the device outside the mask");
                 push opened (n, d);
                 d);
           })
@@ -230,7 +234,7 @@ let openers_unmasked () =
 
 (* SIG-7: regions carry a finaliser that keeps statistics, unshielded. *)
 let live = Atomic.make 0
-let dropped : (int * int) list Atomic.t = Atomic.make []
+let dropped : (int * int) Stack.t = Stack.create ()
 
 module Finaliser_unshielded = struct
   include BD
@@ -299,7 +303,11 @@ module Peer_window_reused = struct
 
   let map_peer d d' r =
     let m = BD.map_peer d d' r in
-    (match d.window with Some old -> ignore (B.c_free d.c old.h) | None -> ());
+    (match d.window with
+    | Some old ->
+        trace (fun () -> "map_peer: unmaps the previous window");
+        ignore (B.c_free d.c old.h)
+    | None -> ());
     d.window <- Some m;
     m
 
@@ -353,7 +361,8 @@ module Dma_relocates = struct
 end
 
 (* MEM-10: fn sees a bounce copy made at dma time; its writes go through. *)
-let snaps : (int64 * Bytes.t) list Atomic.t = Atomic.make []
+let snaps : (int64 * Bytes.t) Stack.t = Stack.create ()
+let snap_of a = match Stack.find (fun (a', _) -> a' = a) snaps with Some (_, b) -> b | None -> invalid_arg "blindset: no snapshot"
 
 module Dma_snapshot = struct
   include Bus_ok
@@ -361,7 +370,7 @@ module Dma_snapshot = struct
   let dma d (r : region) ~fn =
     match B.bus_dma d r ~fn with
     | Ok (Bus a) as ok ->
-        if not (List.mem_assoc a (Atomic.get snaps)) then push snaps (a, Bytes.of_string (B.live_read r 0 r.size));
+        if Stack.find (fun (a', _) -> a' = a) snaps = None then push snaps (a, Bytes.of_string (B.live_read r 0 r.size));
         ok
     | e -> e
 end
@@ -371,11 +380,11 @@ let snapshot_agent =
     read =
       (fun ~fn a n ->
         let w, off = B.find_window ~fn a n in
-        Bytes.sub_string (List.assoc w.base (Atomic.get snaps)) off n);
+        Bytes.sub_string (snap_of w.base) off n);
     write =
       (fun ~fn a s ->
         let w, off = B.find_window ~fn a (String.length s) in
-        Bytes.blit_string s 0 (List.assoc w.base (Atomic.get snaps)) off (String.length s);
+        Bytes.blit_string s 0 (snap_of w.base) off (String.length s);
         B.live_write w.region off s);
   }
 
@@ -385,7 +394,7 @@ module Dma_free_releases = struct
 
   let free d (r : region) =
     if r.pinned then begin
-      B.(remove windows (fun w -> w.region == r));
+      Stack.remove (fun (w : B.window) -> w.region == r) B.windows;
       r.pinned <- false
     end;
     BD.free d r
@@ -456,7 +465,9 @@ module Prepare_reports_oom = struct
 
   let prepare i f =
     match BD.entry i f with
-    | No_memory n -> failwith (Printf.sprintf "blindset: prepare %s: no memory for %d bytes" f n)
+    | No_memory n ->
+        trace (fun () -> "prepare: raises for No_memory");
+        failwith (Printf.sprintf "blindset: prepare %s: no memory for %d bytes" f n)
     | _ -> ()
 end
 
@@ -489,7 +500,10 @@ end
 module Signaled_32bit = struct
   include BD
 
-  let signaled (d : t) = B.c_signaled d.c land 0xFFFF_FFFF
+  let signaled (d : t) =
+    let w = B.c_signaled d.c in
+    if debug && w > 0xFFFF_FFFF then trace (fun () -> Printf.sprintf "signaled: %d read as %d" w (w land 0xFFFF_FFFF));
+    w land 0xFFFF_FFFF
 end
 
 (* TIME-3: sleep first lets completions coalesce for up to 50 ms. *)
@@ -500,6 +514,7 @@ module Sleep_coalesces = struct
     BD.check_fault d;
     if still_ms > 0 then begin
       let w = min still_ms 50 in
+      if B.c_signaled d.c <> seen then trace (fun () -> Printf.sprintf "sleep: the word differs, waits %d ms first" w);
       wait_ms w;
       BD.check_fault d;
       if B.c_signaled d.c = seen && still_ms > w then BD.sleep d ~seen ~still_ms:(still_ms - w)
@@ -511,8 +526,12 @@ module Sleep_retries_once = struct
   include BD
 
   let sleep d ~seen ~still_ms =
+    let t0 = now_ms () in
     BD.sleep d ~seen ~still_ms;
-    if B.c_signaled d.c = seen && not (B.c_stopped d.c) then BD.sleep d ~seen ~still_ms
+    if B.c_signaled d.c = seen && not (B.c_stopped d.c) then begin
+      BD.sleep d ~seen ~still_ms;
+      trace (fun () -> Printf.sprintf "sleep: still_ms %d, returned after %d ms" still_ms (now_ms () - t0))
+    end
 end
 
 (* TIME-5: sleep raises a fault once and then forgets it. *)
@@ -563,13 +582,14 @@ module Stop_flushes = struct
 
   let stop (d : t) ~fault =
     ignore (d.queue.commit ());
+    trace (fun () -> "stop: committed what this thread encoded");
     wait_ms 10;
     BD.stop d ~fault
 end
 
 (* STOP-5: stop frees every region of the device; free then tolerates a
    region already gone. *)
-let allocs : (int * BD.region) list Atomic.t = Atomic.make []
+let allocs : (int * BD.region) Stack.t = Stack.create ()
 
 module Stop_frees_regions = struct
   include BD
@@ -584,29 +604,26 @@ module Stop_frees_regions = struct
   let free d (r : region) =
     match r.kind with
     | Mem ->
-        remove allocs (fun (_, r') -> r' == r);
+        Stack.remove (fun (_, r') -> r' == r) allocs;
         ignore (B.c_free r.owner.c r.h)
     | _ -> BD.free d r
 
   let stop (d : t) ~fault =
-    List.iter (fun (id, (r : region)) -> if id = d.id then ignore (B.c_free d.c r.h)) (Atomic.get allocs);
+    Stack.iter (fun (id, (r : region)) -> if id = d.id then ignore (B.c_free d.c r.h)) allocs;
     BD.stop d ~fault
 end
 
 (* STOP-8: free finds the device by name in the table of open devices. *)
-let current : (string * BD.t) list Atomic.t = Atomic.make []
-
-let rec set_current n d =
-  let l = Atomic.get current in
-  if not (Atomic.compare_and_set current l ((n, d) :: List.remove_assoc n l)) then set_current n d
+let current : (string * BD.t) Stack.t = Stack.create ()
+let set_current n d = push current (n, d)
 
 module Free_by_name = struct
   include BD
 
   let free d (r : region) =
-    match (r.kind, List.assoc_opt r.owner.name (Atomic.get current)) with
+    match (r.kind, Stack.find (fun (n, _) -> n = r.owner.name) current) with
     | Word, _ -> ()
-    | _, Some cur -> ignore (B.c_free cur.c r.h)
+    | _, Some (_, cur) -> ignore (B.c_free cur.c r.h)
     | _, None -> BD.free d r
 end
 

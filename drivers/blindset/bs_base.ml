@@ -300,7 +300,36 @@ let bar = 1 lsl 16
 
 type window = { base : int64; len : int; region : D.region; fn : string }
 
-let windows : window list Atomic.t = Atomic.make []
+(* A lock-free stack whose push allocates nothing in its retry loop (so that
+   a callback at an allocation cannot starve it); entries are removed by
+   marking them gone. *)
+module Stack = struct
+  type 'a node = { v : 'a; mutable next : 'a node option; mutable gone : bool }
+  type 'a t = 'a node option Atomic.t
+
+  let create () : 'a t = Atomic.make None
+
+  let push (st : 'a t) v =
+    let node = { v; next = None; gone = false } in
+    let s = Some node in
+    let rec loop () =
+      let h = Atomic.get st in
+      node.next <- h;
+      if not (Atomic.compare_and_set st h s) then loop ()
+    in
+    loop ()
+
+  let rec iter_nodes f = function None -> () | Some n -> if not n.gone then f n; iter_nodes f n.next
+  let iter f st = iter_nodes (fun n -> f n.v) (Atomic.get st)
+
+  let find p st =
+    let rec go = function None -> None | Some n -> if (not n.gone) && p n.v then Some n.v else go n.next in
+    go (Atomic.get st)
+
+  let remove p st = iter_nodes (fun n -> if p n.v then n.gone <- true) (Atomic.get st)
+end
+
+let windows : window Stack.t = Stack.create ()
 let fn_owner : int option Atomic.t = Atomic.make None
 let bus_cursor = Atomic.make 0
 
@@ -312,11 +341,8 @@ let is_bus_address s =
   && s.[4] = ':' && s.[7] = ':' && s.[10] = '.'
   && List.for_all (fun i -> is_hex s.[i]) [ 0; 1; 2; 3; 5; 6; 8; 9; 11 ]
 
-let rec add_window w =
-  let old = Atomic.get windows in
-  if not (Atomic.compare_and_set windows old (w :: old)) then add_window w
-
-let window_of (r : D.region) = List.find_opt (fun w -> w.region == r) (Atomic.get windows)
+let add_window w = Stack.push windows w
+let window_of (r : D.region) = Stack.find (fun w -> w.region == r) windows
 
 let new_base len = Int64.add 0x8000_0000L (Int64.of_int (Atomic.fetch_and_add bus_cursor (round_up len page)))
 
@@ -347,9 +373,9 @@ let bus_dma ?(refusal = dma_refusal) (d : D.t) (r : D.region) ~fn =
 
 let find_window ~fn (Bus a) n =
   match
-    List.find_opt
+    Stack.find
       (fun w -> w.fn = fn && Int64.compare a w.base >= 0 && Int64.compare (Int64.add a (Int64.of_int n)) (Int64.add w.base (Int64.of_int w.len)) <= 0)
-      (Atomic.get windows)
+      windows
   with
   | Some w -> (w, Int64.to_int (Int64.sub a w.base))
   | None -> invalid_arg (Printf.sprintf "blindset bus: no dma of %s reaches 0x%Lx+%d" fn a n)
