@@ -19,6 +19,7 @@ external grow_publish : B.cdev -> nativeint -> int = "bs_grow_publish"
 external wait_sig : B.cdev -> int -> int -> unit = "bs_wait_sig"
 external alarm_thread : unit -> unit = "bs_alarm_thread"
 external mirror_thread : B.cdev -> unit = "bs_mirror_thread"
+external flush_all : B.cdev -> unit = "bs_flush_all"
 
 let () = Callback.register_exception "bs.fault" (BD.Fault "")
 
@@ -575,15 +576,15 @@ module Sleep_holds_queue_lock = struct
     end
 end
 
-(* STOP-4: stop flushes what this thread encoded, gives the device 10 ms,
-   then stops. *)
+(* STOP-4: stop commits every open command buffer of the device, gives the
+   device 10 ms, then stops. *)
 module Stop_flushes = struct
   include BD
 
   let stop (d : t) ~fault =
-    ignore (d.queue.commit ());
-    trace (fun () -> "stop: committed what this thread encoded");
+    flush_all d.c;
     wait_ms 10;
+    trace (fun () -> Printf.sprintf "stop: after 10 ms, work pending: %b" (B.c_busy d.c));
     BD.stop d ~fault
 end
 

@@ -100,6 +100,11 @@ extern value hm_wait(value v, value vseen, value vms);
 extern value hm_fault(value v);
 extern value hm_grow(value v);
 
+/* BS_DEBUG=1: the broken paths say when they are taken (on stderr). */
+#include <stdio.h>
+static int debug(void) { static int d = -1; if (d < 0) d = getenv("BS_DEBUG") != NULL; return d; }
+#define TRACE(...) do { if (debug()) { fprintf(stderr, "BS_TRACE " __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
 /* ---------------------------------------------------------- naps */
 
 static void nap_ms(long ms) {
@@ -166,7 +171,7 @@ static int bsq_room(void *dev, const struct rig_submission *s) {
     break;
   case Q_REGROW:
     /* meant "once per submission", counts to two */
-    if (r == RIG_ROOM && tls_asked <= 1) { tls_asked++; return RIG_GROW; }
+    if (r == RIG_ROOM && tls_asked <= 1) { tls_asked++; if (tls_asked == 2) TRACE("room: RIG_GROW again after Grown"); return RIG_GROW; }
     break;
   default: break;
   }
@@ -182,13 +187,16 @@ static int bsq_submit(void *dev, const struct rig_submission *s, uint64_t value)
   switch (q->mode) {
   case Q_EARLY_REJECT:
     /* fast rejection before the device sees the submission */
-    if (!tls_roomed) return 1;
+    if (!tls_roomed) { TRACE("submit: rejected before the device saw value %llu (no room)", (unsigned long long)value); return 1; }
     for (uint32_t i = 0; i < s->n_parts; i++)
-      if (s->parts[i].op < RIG_OP_FILL || s->parts[i].op > RIG_OP_LAUNCH) { tls_roomed = 0; return 1; }
+      if (s->parts[i].op < RIG_OP_FILL || s->parts[i].op > RIG_OP_LAUNCH) { TRACE("submit: rejected before the device saw value %llu (bad part)", (unsigned long long)value); tls_roomed = 0; return 1; }
     tls_roomed = 0;
     return q->fns->submit(q->inner, s, value);
   case Q_SUBMIT_LOCK:
-    pthread_mutex_lock(&q->sub_mu);
+    if (pthread_mutex_trylock(&q->sub_mu) != 0) {
+      TRACE("submit: waits for the lock a sleep holds");
+      pthread_mutex_lock(&q->sub_mu);
+    }
     rc = q->fns->submit(q->inner, s, value);
     pthread_mutex_unlock(&q->sub_mu);
     return rc;
@@ -260,6 +268,7 @@ value bs_wait_sig(value vdev, value vseen, value vms) {
   f = hm_fault(vdev);
   if (Is_some(f)) {
     const value *exn = caml_named_value("bs.fault");
+    TRACE("sleep: raises Fault with signals unblocked (no rig_block)");
     caml_raise_with_arg(*exn, Some_val(f));
   }
   rig_block();
@@ -308,6 +317,7 @@ static void *mirror_thread(void *arg) {
     nap_ms(2);
   }
   nap_ms(50);
+  TRACE("mirror: writes %llu over %llu after stop", (unsigned long long)shadow, (unsigned long long)atomic_load(&d->word));
   atomic_store_explicit(&d->word, shadow, memory_order_release);
   return NULL; /* keeps its reference: the device is never released */
 }
@@ -316,5 +326,28 @@ value bs_mirror_thread(value vdev) {
   struct hm_dev *d = Dev_val(vdev);
   atomic_fetch_add(&d->refs, 1);
   start_detached(mirror_thread, d);
+  return Val_unit;
+}
+
+/* bs_flush_all dev: commits the work every thread encoded and did not
+ * commit (every open command buffer of the device). */
+value bs_flush_all(value vdev) {
+  struct hm_dev *d = Dev_val(vdev);
+  int n = 0;
+  pthread_mutex_lock(&d->mu);
+  if (!d->stopping) {
+    for (int i = 0; i < MAX_THREADS; i++) {
+      struct thr *t = &d->thr[i];
+      if (!t->used || !t->open_head) continue;
+      if (d->run_tail) d->run_tail->next = t->open_head;
+      else d->run_head = t->open_head;
+      d->run_tail = t->open_tail;
+      t->open_head = t->open_tail = NULL;
+      n++;
+    }
+    if (n) pthread_cond_signal(&d->work_cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  TRACE("stop: flushed the open work of %d thread(s)", n);
   return Val_unit;
 }
