@@ -149,7 +149,10 @@ module Alloc_not_reentrant = struct
 
   let alloc d m n =
     let k = Thread.id (Thread.self ()) land 1023 in
-    if inside.(k) then failwith "blindset: alloc re-entered";
+    if inside.(k) then begin
+      trace (fun () -> "alloc: re-entered on this thread, raises");
+      failwith "blindset: alloc re-entered"
+    end;
     inside.(k) <- true;
     match BD.alloc d m n with
     | r ->
@@ -169,6 +172,11 @@ module Entry_alloc_after_take = struct
   let last = ref ""
 
   let entry i f =
+    if debug then begin
+      let free = Mutex.try_lock m in
+      if free then Mutex.unlock m;
+      trace (fun () -> Printf.sprintf "entry %s: rig_holds () = %d, cache lock free: %b" f (Prim.holds ()) free)
+    end;
     Prim.hold ();
     Mutex.lock m;
     let what = "blindset: entry " ^ f in
