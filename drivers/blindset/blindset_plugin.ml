@@ -1,0 +1,1 @@
+let () = List.iter Rig_edge_registry.register Blindset.packages
