@@ -22,6 +22,7 @@ the opener NAME; rig's C functions are called through facts.queue).
 | bq-entry-prepare-flush | CODE-2  | "A second call for f must make nothing new." | i = image d kit.binary; e1 = entry i "nop"; prepare i "spin"; e2 = entry i "nop": e2 <> e1, and 64 more bytes of Device memory are used (entry, entry, or entry, prepare "nop", entry, make nothing) |
 | bq-map-host-recount    | MEM-7   | "The region must map the whole pages that hold the n bytes, so that work reaches through it each word of the allocation's last bytes ..." | p = a page-aligned host buffer of 8192 bytes; r1 = map_host d p 8192 (free d r1 or not); r2 = map_host d p 8192: r2 maps 4096 bytes, and a Fill of r2 at offset 4096, length 4 faults the device (the first map, or any n not a multiple of the page, maps the whole pages) |
 | bq-grow-forgotten      | QUEUE-2 | "Once it has answered Grown, room must not answer RIG_GROW for those parts again, whatever other submissions' growths answer." | fill the queues (room + submit, no commit, until room answers RIG_GROW; 64 slots, one per part and one per submission); thread T: room s (RIG_GROW); grow d (Grown); thread U: room s' (any answer); thread T: room s answers RIG_GROW again. Without U's room between, T's room answers RIG_ROOM |
+| bq-prepare-after-unload | CODE-7 | "A prepare of an f that has an entry or a started prepare must start nothing, and a prepare that raises must have changed nothing." | i = image d kit.binary; entry i "nop"; j = image d kit.binary; unload j; prepare i "nop": 64 more bytes of Device memory are used (a compile started, its scratch kept by nobody); without the unload of j, prepare starts nothing |
 
 Conforming drivers: every clause's verdict must be hostmem's, under the same
 options.  Why each is conforming:
@@ -78,6 +79,7 @@ BROKEN = {
     "bq-entry-prepare-flush": "CODE-2",
     "bq-map-host-recount": "MEM-7",
     "bq-grow-forgotten": "QUEUE-2",
+    "bq-prepare-after-unload": "CODE-7",
 }
 
 CONFORMING = [

@@ -24,6 +24,9 @@
                            is a page boundary, maps one page short       MEM-7
    bq-grow-forgotten       room answers RIG_GROW again after Grown when
                            another thread's room or grow came between    QUEUE-2
+   bq-prepare-after-unload a prepare of an f with an entry made before an
+                           unload of another image of the device compiles
+                           f again                                       CODE-7
    Conforming (history-dependent as the document allows):
    bq-ok-sleep-every-third sleep returns at once on every third call
    bq-ok-mapped-aperture   alloc of Mapped is None while 8 Mapped regions
@@ -91,10 +94,17 @@ and st = {
   mapped_live : int Atomic.t;
   sleeps : int Atomic.t;
   peer_maps : int Atomic.t;  (* live map_peer regions of other devices over this one's memory *)
+  unloads : int Atomic.t;  (* images of the device unloaded so far *)
 }
 
 type t = { h : H.D.t; st : st; word : region; queue : queue }
-type image = { hi : H.D.image; last_prep : string option Atomic.t; entered : string list Atomic.t }
+type image = {
+  hi : H.D.image;
+  owner : st;  (* its device's *)
+  last_prep : string option Atomic.t;
+  entered : string list Atomic.t;
+  entered_at : (string * int) list Atomic.t;  (* f, and its device's unloads when f's entry was made *)
+}
 
 let opens = Atomic.make 0
 
@@ -116,6 +126,7 @@ let new_st () =
     mapped_live = Atomic.make 0;
     sleeps = Atomic.make 0;
     peer_maps = Atomic.make 0;
+    unloads = Atomic.make 0;
   }
 
 let plain ?made_by r size = { r; size; made_by; alias = None; aperture = false; pinned = None }
@@ -145,7 +156,8 @@ module Base = struct
   let image d b =
     match H.D.image d.h b with
     | Error e -> Error e
-    | Ok hi -> Ok { hi; last_prep = Atomic.make None; entered = Atomic.make [] }
+    | Ok hi ->
+        Ok { hi; owner = d.st; last_prep = Atomic.make None; entered = Atomic.make []; entered_at = Atomic.make [] }
 
   let entry i f = H.D.entry i.hi f
   let prepare i f = H.D.prepare i.hi f
@@ -349,6 +361,31 @@ module Grow_forgotten = struct
     g
 end
 
+(* CODE-7.  Entries carry the device's unload count when they were made; an
+   unload of any image of the device is taken for a flush of the device's
+   pipeline cache, so a prepare of an f whose entry is older than the last
+   unload starts a compile again (new scratch, kept by nobody). *)
+module Prepare_after_unload = struct
+  include Base
+
+  let entry i f =
+    match Base.entry i f with
+    | Entry _ as e ->
+        if not (List.mem_assoc f (Atomic.get i.entered_at)) then push i.entered_at (f, Atomic.get i.owner.unloads);
+        e
+    | a -> a
+
+  let prepare i f =
+    match List.assoc_opt f (Atomic.get i.entered_at) with
+    | Some at when at < Atomic.get i.owner.unloads -> (
+        match H.compile i.hi f with _ -> () | exception _ -> ())
+    | _ -> Base.prepare i f
+
+  let unload i =
+    Base.unload i;
+    Atomic.incr i.owner.unloads
+end
+
 (* -------------------------------------------------------- conforming *)
 
 (* sleep returns at once on every third call (a timer of the driver's own):
@@ -429,6 +466,7 @@ let packages =
     package "bq-entry-prepare-flush" (module Entry_prepare_flush);
     package "bq-map-host-recount" (module Map_host_recount);
     package "bq-grow-forgotten" ~wrap:grow_queue (module Grow_forgotten);
+    package "bq-prepare-after-unload" (module Prepare_after_unload);
     package "bq-ok-sleep-every-third" (module Sleep_every_third);
     package "bq-ok-mapped-aperture" (module Mapped_aperture);
     package "bq-ok-device-pinned-by-peer" (module Device_pinned_by_peer);

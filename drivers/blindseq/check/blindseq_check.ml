@@ -111,6 +111,25 @@ let grow_forgotten (module X : Driver with type t = B.t and type region = B.regi
   if interleave then Thread.join (Thread.create (fun () -> ignore (q.room s)) ());
   q.room s = Grow
 
+(* CODE-7: Device memory that an idle prepare took, measured as what alloc
+   can still get in 64-byte steps. *)
+let free_device (module X : Driver with type t = B.t and type region = B.region and type image = B.image) d =
+  let rec go acc = match X.alloc d Device 64 with Some r -> go (r :: acc) | None -> acc in
+  let rs = go [] in
+  List.iter (X.free d) rs;
+  List.length rs
+
+let prepare_after_unload (module X : Driver with type t = B.t and type region = B.region and type image = B.image)
+    ~unload =
+  let d = dev () in
+  let i = Result.get_ok (X.image d H.kit.binary) in
+  ignore (X.entry i "nop");
+  let j = Result.get_ok (X.image d H.kit.binary) in
+  if unload then X.unload j;
+  let before = free_device (module X) d in
+  X.prepare i "nop";
+  free_device (module X) d < before
+
 let () =
   let base = (module B.Base : Driver with type t = B.t and type region = B.region and type image = B.image) in
   report "bq-free-after-refusal"
@@ -141,4 +160,8 @@ let () =
     ~bug:(grow_forgotten (module B.Grow_forgotten) ~interleave:true)
     ~base:(grow_forgotten base ~interleave:true)
     ~short:(grow_forgotten (module B.Grow_forgotten) ~interleave:false);
+  report "bq-prepare-after-unload"
+    ~bug:(prepare_after_unload (module B.Prepare_after_unload) ~unload:true)
+    ~base:(prepare_after_unload base ~unload:true)
+    ~short:(prepare_after_unload (module B.Prepare_after_unload) ~unload:false);
   exit (if !bad then 1 else 0)
