@@ -50,6 +50,7 @@ tables above were written; hostmem: 60 pass, 0 fail, 14 n/a):
 | bq-entry-prepare-flush | CODE-2  | none (CODE-2 pass)     | hostmem's, every clause |
 | bq-map-host-recount    | MEM-7   | none (MEM-7 pass)      | hostmem's, every clause |
 | bq-grow-forgotten      | QUEUE-2 | none (QUEUE-2 pass)    | hostmem's, every clause |
+| bq-prepare-after-unload | CODE-7 | none (CODE-7 pass)     | hostmem's, every clause |
 
 The three conforming drivers got hostmem's verdicts on every clause too.
 The broken drivers it misses are xfail in test_broken_fails_exactly_its_clause
@@ -98,6 +99,7 @@ TODAY = {
     "bq-entry-prepare-flush": set(),
     "bq-map-host-recount": set(),
     "bq-grow-forgotten": set(),
+    "bq-prepare-after-unload": set(),
 }
 
 # The broken drivers whose clause today's certifier does not fail (exactly).
