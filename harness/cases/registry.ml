@@ -6,5 +6,5 @@ let probe_cases =
 
 let rig_flow_cases = Scenarios.cases
 let async_cases = Async_cases.cases
-let model_cases = Model_cases.cases
+let model_cases = Model_cases.cases @ [ Model_rig.case ]
 let needs_fake name = Scenarios.needs_fake (Option.value (Async_cases.flow_of name) ~default:name)

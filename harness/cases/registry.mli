@@ -12,7 +12,7 @@ val rig_flow_cases : Case.t list
 (** The asynchronous-exception cases (Async_cases): async.FLOW. *)
 val async_cases : Case.t list
 
-(** The model's cases (harness/model): model.driver. *)
+(** The model's cases (harness/model): model.driver, model.rig. *)
 val model_cases : Case.t list
 
 (** [needs_fake name]: whether the case needs the fake driver's knobs, so

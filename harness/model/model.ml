@@ -2,7 +2,7 @@
 
 type sym = int
 type memory = Rig_edge.memory
-type role = Spin | Fault_fn | Absent_fn
+type role = Spin | Fault_fn | Hang_fn | Absent_fn
 
 type part =
   | Fill of { reg : sym; off : int; len : int; byte : int }
@@ -16,13 +16,14 @@ type cmd =
   | Alloc of { dev : sym; mem : memory; size : int }
   | Free of sym
   | Map_peer of { dev : sym; reg : sym }
-  | Map_host of { dev : sym; size : int }
+  | Map_host of { dev : sym; size : int; over : sym option }
   | Write of { reg : sym; off : int; bytes : string }
   | Read of { reg : sym; off : int; len : int }
   | Load of { dev : sym; refused : bool }
   | Entry of { img : sym; role : role }
   | Prepare of { img : sym; role : role }
-  | Submit of { dev : sym; parts : part list }
+  | Submit of { dev : sym; parts : part list; commit : bool }
+  | Commit of sym
   | Wait of { dev : sym; sub : sym }
   | Sleep of { dev : sym; seen : seen; still_ms : int }
   | Signaled of sym
@@ -68,6 +69,7 @@ type dev = {
   faulted : bool;  (* a Fault was seen: every later sleep must raise it (TIME-5) *)
   stopped : bool;
   last : int;  (* the last value given to submit *)
+  committed : int;  (* the last value committed: what a wait may wait for *)
   confirmed : int;  (* the highest value a wait saw the word reach *)
   stuck : bool;  (* a wait timed out: its work may never end *)
   lone_sleep_ok : bool;  (* a sleep alone on the device returned in time *)
@@ -89,6 +91,7 @@ type reg = {
   rmem : memory option;  (* what alloc made: a peer mapping's is its region's *)
   mapped_by : sym list;  (* live peer mappings over it *)
   busy_until : int;  (* the value of the last submission whose fill uses it *)
+  pages : int;  (* a map_host region: the bytes of the host pages it maps *)
 }
 
 type img = { idev : sym; prepared : role list }
@@ -113,7 +116,7 @@ let initial =
 let spf = Printf.sprintf
 let find m k = IM.find_opt k m
 let pair a b = (a * 1_000_003) + b
-let role_code = function Spin -> 0 | Fault_fn -> 1 | Absent_fn -> 2
+let role_code = function Spin -> 0 | Fault_fn -> 1 | Absent_fn -> 2 | Hang_fn -> 3
 let img_role i r = (i * 4) + role_code r
 
 (* A device rig may make counted calls of. *)
@@ -125,6 +128,7 @@ let is_host_mapping st r = match find st.regs r with Some { kind = K_host; _ } -
 let is_lost st d = match find st.devs d with Some v -> v.lost | None -> true
 let region_device st r = Option.map (fun g -> g.rdev) (find st.regs r)
 
+let host_pages_of st r = match find st.regs r with Some { kind = K_host; pages; _ } -> Some pages | _ -> None
 let region_size st r = Option.map (fun g -> g.size) (find st.regs r)
 
 let regions_of st d =
@@ -133,6 +137,9 @@ let regions_of st d =
   let maps, own = List.partition (fun (_, g) -> g.kind = K_peer) mine in
   List.map fst maps @ List.map fst own
 
+let faulting st d = match find st.devs d with Some v -> v.faulting | None -> false
+let opener_of st d = Option.map (fun v -> v.opener) (find st.devs d)
+let open_devices st = IM.bindings st.devs |> List.filter (fun (_, v) -> not v.stopped) |> List.map fst
 let image_device st i = Option.map (fun i -> i.idev) (find st.imgs i)
 
 let images_of st d = IM.bindings st.imgs |> List.filter (fun (_, i) -> i.idev = d) |> List.map fst
@@ -151,6 +158,31 @@ let pending_in st r off len =
       let rec go i = i < len && (match c.(off + i) with Pending _ -> true | _ -> go (i + 1)) in
       go 0
 
+(* [map_syms f cmd]: the command naming [f s] for each [s] it names. *)
+let map_syms f cmd =
+  let part = function
+    | Fill p -> Fill { p with reg = f p.reg }
+    | Launch l -> Launch { l with ent = f l.ent }
+  in
+  match cmd with
+  | Open _ -> cmd
+  | Close c -> Close { c with dev = f c.dev }
+  | Alloc a -> Alloc { a with dev = f a.dev }
+  | Free r -> Free (f r)
+  | Map_peer m -> Map_peer { dev = f m.dev; reg = f m.reg }
+  | Map_host m -> Map_host { m with dev = f m.dev; over = Option.map f m.over }
+  | Write w -> Write { w with reg = f w.reg }
+  | Read r -> Read { r with reg = f r.reg }
+  | Load l -> Load { l with dev = f l.dev }
+  | Entry e -> Entry { e with img = f e.img }
+  | Prepare p -> Prepare { p with img = f p.img }
+  | Submit s -> Submit { s with dev = f s.dev; parts = List.map part s.parts }
+  | Commit d -> Commit (f d)
+  | Wait w -> Wait { dev = f w.dev; sub = f w.sub }
+  | Sleep s -> Sleep { s with dev = f s.dev }
+  | Signaled d -> Signaled (f d)
+  | Peer p -> Peer { dev = f p.dev; other = f p.other }
+
 (* ------------------------------------------------------------ precond *)
 
 let in_range st r off len =
@@ -162,7 +194,7 @@ let part_ok st d = function
       && not (pending_in st reg off len))
   | Launch { ent; _ } -> (
       match find st.ents ent with
-      | Some e -> (match e.eanswer with `Entry _ -> true | _ -> false) && (match find st.imgs e.eimg with Some i -> i.idev = d | None -> false)
+      | Some e -> e.erole <> Hang_fn && (match e.eanswer with `Entry _ -> true | _ -> false) && (match find st.imgs e.eimg with Some i -> i.idev = d | None -> false)
       | None -> false)
 
 let precond st { cmd; _ } =
@@ -189,7 +221,9 @@ let precond st { cmd; _ } =
       match find st.regs reg with
       | Some g -> g.kind = K_alloc && g.rdev <> dev && usable st dev && usable st g.rdev
       | None -> false)
-  | Map_host { dev; size } -> usable st dev && size > 0
+  | Map_host { dev; size; over } -> (
+      usable st dev && size > 0
+      && match over with None -> true | Some o -> (match find st.regs o with Some g -> g.kind = K_host && size <= g.pages | None -> false))
   | Write { reg; off; bytes } ->
       in_range st reg off (String.length bytes)
       && (match region_device st reg with Some d -> usable st d | None -> false)
@@ -199,10 +233,11 @@ let precond st { cmd; _ } =
   | Load { dev; _ } -> usable st dev
   | Entry { img; _ } | Prepare { img; _ } -> (
       match find st.imgs img with Some i -> usable st i.idev | None -> false)
-  | Submit { dev; parts } -> usable st dev && parts <> [] && List.for_all (part_ok st dev) parts
+  | Submit { dev; parts; _ } -> usable st dev && parts <> [] && List.for_all (part_ok st dev) parts
+  | Commit dev -> usable st dev
   | Wait { dev; sub } -> (
       match (find st.devs dev, find st.subs sub) with
-      | Some v, Some s -> s.sdev = dev && (not v.stopped) && (not v.lost) && not v.stuck
+      | Some v, Some s -> s.sdev = dev && s.value <= v.committed && (not v.stopped) && (not v.lost) && not v.stuck
       | _ -> false)
   | Sleep { dev; _ } -> (
       (* after a Fault too: the next sleep must raise it again (TIME-5) *)
@@ -215,18 +250,24 @@ let footprint st { cmd; _ } =
   let cell r = match find st.regs r with Some g -> [ `Cell g.cell ] | None -> [] in
   match cmd with
   | Write { reg; _ } | Read { reg; _ } -> cell reg
-  | Submit { dev; parts } ->
+  | Submit { dev; parts; _ } ->
       `Queue dev :: List.concat_map (function Fill { reg; _ } -> cell reg | Launch _ -> []) parts
   | _ -> []
 
 let concurrent_kind = function
+  | Submit { commit = false; _ } -> false
   | Submit _ | Sleep _ | Signaled _ | Peer _ | Read _ | Write _ | Alloc _ -> true
   | _ -> false
 
 let phase_ok st = function
   | [ s ] -> precond st s
   | steps ->
-      List.for_all (fun s -> concurrent_kind s.cmd && precond st s) steps
+      List.for_all
+        (fun s ->
+          concurrent_kind s.cmd && precond st s
+          && (* a thread of its own commits only what it encoded: none left open *)
+          match s.cmd with Submit { dev; _ } -> (match find st.devs dev with Some v -> v.committed = v.last | None -> false) | _ -> true)
+        steps
       &&
       (* cells are touched by one step at most; submits of one device may
          run together (rig serialises them; room and grow interleave) *)
@@ -282,26 +323,33 @@ let next_state st { id; cmd } answer =
   | _, Skipped _ -> st
   | Open o, Made ->
       let v =
-        { opener = o; lost = false; faulting = false; faulted = false; stopped = false; last = 0; confirmed = 0;
+        { opener = o; lost = false; faulting = false; faulted = false; stopped = false; last = 0; committed = 0; confirmed = 0;
           stuck = false; lone_sleep_ok = false; first_word = None }
       in
       { st with devs = IM.add id v st.devs }
   | Open _, _ -> st
   | Alloc { dev; size; mem }, Made ->
-      let st = add_reg st id { rdev = dev; cell = id; size; kind = K_alloc; rmem = Some mem; mapped_by = []; busy_until = 0 } in
+      let st = add_reg st id { rdev = dev; cell = id; size; kind = K_alloc; rmem = Some mem; mapped_by = []; busy_until = 0; pages = 0 } in
       { st with cells = IM.add id (Array.make size Unknown) st.cells }
   | Map_peer { dev; reg }, Made -> (
       match find st.regs reg with
       | Some g ->
           let st = add_reg st reg { g with mapped_by = id :: g.mapped_by } in
-          add_reg st id { rdev = dev; cell = g.cell; size = g.size; kind = K_peer; rmem = g.rmem; mapped_by = []; busy_until = 0 }
+          add_reg st id { rdev = dev; cell = g.cell; size = g.size; kind = K_peer; rmem = g.rmem; mapped_by = []; busy_until = 0; pages = 0 }
       | None -> st)
-  | Map_host { dev; size }, Made ->
+  | Map_host { dev; size; over }, Made -> (
       (* the region reaches each word of the allocation's last bytes *)
-      let size = (size + Rig_edge.word - 1) / Rig_edge.word * Rig_edge.word in
-      let st = add_reg st id { rdev = dev; cell = id; size; kind = K_host; rmem = None; mapped_by = []; busy_until = 0 } in
-      (* the harness zeroes the host pages it gives *)
-      { st with cells = IM.add id (Array.make size (Known ('\000', id))) st.cells }
+      let words = (size + Rig_edge.word - 1) / Rig_edge.word * Rig_edge.word in
+      let pages = (size + 4095) / 4096 * 4096 in
+      match over with
+      | Some o -> (
+          match find st.regs o with
+          | Some g -> add_reg st id { rdev = dev; cell = g.cell; size = words; kind = K_host; rmem = None; mapped_by = []; busy_until = 0; pages = g.pages }
+          | None -> st)
+      | None ->
+          let st = add_reg st id { rdev = dev; cell = id; size = words; kind = K_host; rmem = None; mapped_by = []; busy_until = 0; pages } in
+          (* the harness zeroes the host pages it gives *)
+          { st with cells = IM.add id (Array.make pages (Known ('\000', id))) st.cells })
   | Load { dev; _ }, Made -> { st with imgs = IM.add id { idev = dev; prepared = [] } st.imgs }
   | (Alloc { dev; _ } | Map_peer { dev; _ } | Map_host { dev; _ } | Load { dev; _ }), a -> lost_on st dev a
   | Free r, _ -> (
@@ -310,7 +358,8 @@ let next_state st { id; cmd } answer =
           let regs =
             IM.remove r st.regs |> IM.map (fun o -> { o with mapped_by = List.filter (( <> ) r) o.mapped_by })
           in
-          let cells = if g.kind = K_peer then st.cells else IM.remove g.cell st.cells in
+          (* the memory goes with the last region that shows it *)
+          let cells = if IM.exists (fun _ o -> o.cell = g.cell) regs then st.cells else IM.remove g.cell st.cells in
           let st = { st with regs; cells } in
           (match answer with Faulted _ -> fault st g.rdev | Raised _ -> lose st g.rdev | _ -> st)
       | None -> st)
@@ -327,8 +376,8 @@ let next_state st { id; cmd } answer =
       | None -> st)
   | (Entry { img; _ } | Prepare { img; _ }), a -> (
       match find st.imgs img with Some i -> lost_on st i.idev a | None -> st)
-  | Submit { dev; parts }, (Submitted { value; _ } | Submit_failed { value; _ }) ->
-      let st = set_dev st dev (fun v -> { v with last = max v.last value }) in
+  | Submit { dev; parts; commit }, (Submitted { value; _ } | Submit_failed { value; _ }) ->
+      let st = set_dev st dev (fun v -> { v with last = max v.last value; committed = (if commit then max v.last value else v.committed) }) in
       let st = { st with subs = IM.add id { sdev = dev; value } st.subs } in
       let st =
         List.fold_left
@@ -351,6 +400,9 @@ let next_state st { id; cmd } answer =
       in
       (match answer with Submit_failed _ -> lose st dev | _ -> st)
   | Submit { dev; _ }, a -> lost_on st dev a
+  | Commit dev, Made -> set_dev st dev (fun v -> { v with committed = v.last })
+  | Commit dev, Submit_failed _ -> lose st dev
+  | Commit dev, a -> lost_on st dev a
   | Wait { dev; _ }, Reached w -> confirm st dev w
   | Wait { dev; _ }, Timed_out _ -> set_dev st dev (fun v -> { v with stuck = true })
   | Wait { dev; _ }, a -> lost_on st dev a
@@ -366,7 +418,7 @@ let next_state st { id; cmd } answer =
 
 (* ------------------------------------------------------------ postcond *)
 
-let string_of_role = function Spin -> "spin" | Fault_fn -> "fault" | Absent_fn -> "absent"
+let string_of_role = function Spin -> "spin" | Fault_fn -> "fault" | Hang_fn -> "hang" | Absent_fn -> "absent"
 let string_of_memory = function Rig_edge.Device -> "device" | Mapped -> "mapped" | Pinned -> "pinned"
 let show_entry = function `Entry h -> spf "Entry 0x%Lx" h | `Absent -> "Absent" | `No_memory n -> spf "No_memory %d" n
 
@@ -458,7 +510,7 @@ let postcond st { cmd; _ } answer =
   | Load { refused = true; _ }, Made -> Some ("CODE-1", "image took kit.refused_binary")
   | Entry { img; role }, Entry_answer a -> (
       let prepared = match find st.imgs img with Some i -> List.mem role i.prepared | None -> false in
-      let ok = match (role, a) with Absent_fn, `Absent -> true | (Spin | Fault_fn), (`Entry _ | `No_memory _) -> true | _ -> false in
+      let ok = match (role, a) with Absent_fn, `Absent -> true | (Spin | Fault_fn | Hang_fn), (`Entry _ | `No_memory _) -> true | _ -> false in
       let earlier = find st.entries_seen (img_role img role) in
       let clause = if prepared then "CODE-6" else "CODE-2" in
       match (earlier, a) with

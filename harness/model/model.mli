@@ -22,8 +22,8 @@ type sym = int
 
 type memory = Rig_edge.memory
 
-(** A kit function, by its role. *)
-type role = Spin | Fault_fn | Absent_fn
+(** A kit function, by its role (a hang's entry is made, never launched). *)
+type role = Spin | Fault_fn | Hang_fn | Absent_fn
 
 (** One part of a submission. *)
 type part =
@@ -43,19 +43,26 @@ type cmd =
   | Alloc of { dev : sym; mem : memory; size : int }
   | Free of sym
   | Map_peer of { dev : sym; reg : sym }  (** reg: of another device *)
-  | Map_host of { dev : sym; size : int }
+  | Map_host of { dev : sym; size : int; over : sym option }
+      (** over: the host pages of that earlier map_host, mapped again *)
   | Write of { reg : sym; off : int; bytes : string }
   | Read of { reg : sym; off : int; len : int }
   | Load of { dev : sym; refused : bool }
   | Entry of { img : sym; role : role }
   | Prepare of { img : sym; role : role }
-  | Submit of { dev : sym; parts : part list }
+  | Submit of { dev : sym; parts : part list; commit : bool }
+      (** commit: and commit it (on this thread); else it is only encoded,
+          and runs at the next commit of this thread, or never (a stop drops it) *)
+  | Commit of sym
   | Wait of { dev : sym; sub : sym }
   | Sleep of { dev : sym; seen : seen; still_ms : int }
   | Signaled of sym
   | Peer of { dev : sym; other : sym }
 
 type step = { id : sym; cmd : cmd }
+
+(** [map_syms f cmd]: [cmd] naming [f s] for each [s] it names. *)
+val map_syms : (sym -> sym) -> cmd -> cmd
 
 (** One command alone, or several at once (each on a thread). *)
 type phase = step list
@@ -129,11 +136,20 @@ val region_device : state -> sym -> sym option
 (** The bytes a fill or host access of the region may touch. *)
 val region_size : state -> sym -> int option
 
+(** The bytes of the host pages a map_host region maps. *)
+val host_pages_of : state -> sym -> int option
+
 (** The regions a close frees, mappings first. *)
 val regions_of : state -> sym -> sym list
 
 val images_of : state -> sym -> sym list
 val image_device : state -> sym -> sym option
+val open_devices : state -> sym list
+
+(** A fault launch was submitted to the device. *)
+val faulting : state -> sym -> bool
+
+val opener_of : state -> sym -> int option
 
 (** The bytes a Write of a phase's step may put: none pending under them. *)
 val known_bytes : state -> sym -> int -> int -> char option array

@@ -29,8 +29,14 @@ let one_line (o : Model_exec.outcome) =
     o.events
   |> String.concat "; "
 
-(* Shrink budget: candidate runs. *)
+(* Shrink budget: candidate runs, and seconds (RIG_CONFORM_SHRINK_SECONDS;
+   0: report the sequence as drawn). *)
 let budget = 200
+
+let shrink_seconds () =
+  match Option.bind (Sys.getenv_opt "RIG_CONFORM_SHRINK_SECONDS") float_of_string_opt with
+  | Some s when s >= 0. -> s
+  | _ -> 30.
 
 let driver_case =
   let run (module P : Rig_edge.Package) ~seed =
@@ -48,9 +54,15 @@ let driver_case =
         | None, None -> go (i + 1)
         | None, Some v ->
             let fails p = match (E.run p).violation with Some w -> w.clause = v.clause | None -> false in
-            let small, runs = Model_shrink.shrink ~fails ~budget program in
+            let small, runs = Model_shrink.shrink ~fails ~budget ~seconds:(shrink_seconds ()) program in
             let so = E.run small in
             let small, so = if so.violation <> None then (small, so) else (program, o) in
+            (* the steps the last run skipped did nothing: without them, and
+               with ids in program order, if it still fails so *)
+            let skipped = List.filter_map (fun (e : Model_exec.event) -> match e.answer with Model.Skipped _ -> Some e.step.id | _ -> None) so.events in
+            let tidy = Model_shrink.renumber (List.filter (( <> ) []) (List.map (List.filter (fun (s : Model.step) -> not (List.mem s.id skipped))) small)) in
+            let to_ = E.run tidy in
+            let small, so = match to_.violation with Some w when w.clause = v.clause -> (tidy, to_) | _ -> (small, so) in
             let v = Option.get so.violation in
             let title =
               spf "model.driver on %s, seed %d, sequence %d: %s (shrunk from %d steps to %d in %d runs)" P.name seed i

@@ -8,9 +8,15 @@
     [RIG_CONFORM_SEQUENCES] (rig-conform's [--sequences N]) sets how many
     programs a run draws (default {!default_sequences});
     [RIG_CONFORM_COUNTEREXAMPLES] where the counterexamples go (default
-    out/counterexamples). *)
+    out/counterexamples; certify puts them beside its report);
+    [RIG_CONFORM_SHRINK_SECONDS] how long shrinking may take (default 30;
+    0 reports the sequence as drawn); [RIG_CONFORM_MODEL_TRACE] prints
+    every program run. *)
 
 val default_sequences : int
+
+(** The programs a run draws: [RIG_CONFORM_SEQUENCES], or the default. *)
+val sequences : unit -> int
 
 (** Phases per program. *)
 val phases : int

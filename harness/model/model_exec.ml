@@ -23,11 +23,17 @@ module Make (P : Rig_edge.Package) = struct
   (* What a device's submits share: the turn to submit and commit (rig
      gives values in submit order), and how many submits or commits are in
      flight or have started (a sleep that overlapped one is TIME-6's). *)
-  type queue_turn = { turn : bool Atomic.t; inflight : int Atomic.t; started : int Atomic.t }
+  type queue_turn = {
+    turn : bool Atomic.t;
+    inflight : int Atomic.t;
+    started : int Atomic.t;
+    mutable committed : int;  (* the last value committed (under the turn) *)
+    mutable busy_until : float;  (* when the launches submitted so far end, at the latest *)
+  }
 
   type value =
     | Dev of K.dev * queue_turn
-    | Reg of K.reg * Host_pages.t option  (* the host pages of a map_host region *)
+    | Reg of K.reg * (Host_pages.t * nativeint) option  (* the host pages of a map_host region, and their address *)
     | Img of K.img
     | Ent of int64
     | Sub of int
@@ -50,6 +56,7 @@ module Make (P : Rig_edge.Package) = struct
   let function_of = function
     | Spin -> (match P.kit.spin with Some f -> f | None -> raise (Not_run "the kit has no spin"))
     | Fault_fn -> (match P.kit.fault with Some f -> f | None -> raise (Not_run "the kit has no fault"))
+    | Hang_fn -> (match P.kit.hang with Some f -> f | None -> raise (Not_run "the kit has no hang"))
     | Absent_fn -> absent_function
 
   let own_word (kd : K.dev) = if kd.facts.own_word = None then raise (Not_run "the device has no word of its own")
@@ -58,7 +65,18 @@ module Make (P : Rig_edge.Package) = struct
 
   (* room and grow as rig asks them, at most four times, then the turn to
      submit and commit. *)
-  let submit (kd : K.dev) q parts =
+  let take_turn q =
+    while not (Atomic.compare_and_set q.turn false true) do
+      Thread.yield ()
+    done;
+    Atomic.incr q.started;
+    Atomic.incr q.inflight
+
+  let give_turn q =
+    Atomic.decr q.inflight;
+    Atomic.set q.turn false
+
+  let submit (kd : K.dev) q parts ~commit =
     let q_fns = kd.facts.queue in
     let rparts =
       List.map
@@ -81,15 +99,9 @@ module Make (P : Rig_edge.Package) = struct
     | `Regrow n -> Regrow n
     | `Short n -> No_room n
     | `Room growths ->
-        while not (Atomic.compare_and_set q.turn false true) do
-          Thread.yield ()
-        done;
-        Atomic.incr q.started;
-        Atomic.incr q.inflight;
+        take_turn q;
         Fun.protect
-          ~finally:(fun () ->
-            Atomic.decr q.inflight;
-            Atomic.set q.turn false)
+          ~finally:(fun () -> give_turn q)
           (fun () ->
             let v = kd.last + 1 in
             kd.keep <- s :: kd.keep;
@@ -98,18 +110,21 @@ module Make (P : Rig_edge.Package) = struct
             if not ok then (
               kd.lost <- Some "failed submit";
               Submit_failed { value = v; why = "submit failed" })
-            else if not (Prim.masked q_fns.commit) then (
+            else if commit && not (Prim.masked q_fns.commit) then (
               kd.lost <- Some "failed commit";
               Submit_failed { value = v; why = "commit failed" })
-            else Submitted { value = v; growths })
+            else (
+              if commit then q.committed <- v;
+              Submitted { value = v; growths }))
 
   (* Poll the word for [ms], at most, until [until] holds. *)
   let poll (kd : K.dev) ~ms until = K.poll_word kd ~ms until
 
-  let close s (kd : K.dev) ~drain =
+  let close s (kd : K.dev) q ~drain =
+    (* idle: what was committed has run; what was only encoded never will *)
     let idle =
       drain && kd.lost = None && kd.facts.own_word <> None
-      && (match K.wait_value s kd kd.last ~ms:6000 with Reached -> true | _ -> false)
+      && (match K.wait_value s kd q.committed ~ms:6000 with Reached -> true | _ -> false)
     in
     let t0 = now () in
     (try Prim.masked (fun () -> D.stop kd.d ~fault:kd.lost) with _ -> ());
@@ -121,11 +136,15 @@ module Make (P : Rig_edge.Package) = struct
     end
     else
       let word_after_stop = D.signaled kd.d in
-      let w = if word_after_stop = kd.last then word_after_stop else poll kd ~ms:3000 (fun w -> w = kd.last) in
+      (* idle, the word had to read the last value as stop returned: no use waiting *)
+      let remaining = int_of_float (Float.max 0. (q.busy_until -. now ()) *. 1000.) in
+      let w = if word_after_stop = kd.last || idle then word_after_stop else poll kd ~ms:(remaining + 1000) (fun w -> w = kd.last) in
       if w <> kd.last then Closed { idle; stop_ms; word_after_stop; settled = None; late = None }
       else begin
         (* the word passes on once it reads the last value: nothing may land after *)
-        let after = poll kd ~ms:100 (fun w -> w <> kd.last) in
+        (* until the work submitted so far would have ended, and a little more *)
+        let ms = 100 + int_of_float (Float.max 0. (q.busy_until -. now ()) *. 1000.) in
+        let after = poll kd ~ms (fun w -> w <> kd.last) in
         K.release_dev s kd;
         Closed { idle; stop_ms; word_after_stop; settled = Some w; late = (if after <> kd.last then Some after else None) }
       end
@@ -153,9 +172,11 @@ module Make (P : Rig_edge.Package) = struct
         | None -> Skipped (Printf.sprintf "no opener %d" o)
         | Some op ->
             let kd = K.open_dev s op in
-            bind id (Dev (kd, { turn = Atomic.make false; inflight = Atomic.make 0; started = Atomic.make 0 }));
+            bind id (Dev (kd, { turn = Atomic.make false; inflight = Atomic.make 0; started = Atomic.make 0; committed = 0; busy_until = 0. }));
             Made)
-    | Close { dev = d; drain } -> close s (fst (dev d)) ~drain
+    | Close { dev = d; drain } ->
+        let kd, q = dev d in
+        close s kd q ~drain
     | Alloc { dev = d; mem; size } -> (
         match K.alloc s (fst (dev d)) mem size with
         | Some r ->
@@ -169,24 +190,29 @@ module Make (P : Rig_edge.Package) = struct
         let m = K.map_peer s (fst (dev d)) (fst (reg r)) in
         bind id (Reg (m, None));
         Made
-    | Map_host { dev = d; size } ->
+    | Map_host { dev = d; size; over } ->
         let kd, _ = dev d in
         if not kd.facts.maps_host then raise (Not_run "the device does not declare maps_host");
-        let pages = Probes.round_up size 4096 in
-        let addr, ba = K.host_pages s pages in
-        Bigarray.Array1.fill ba '\000';
+        let ba, addr =
+          match over with
+          | Some o -> ( match reg o with _, Some pages -> pages | _, None -> raise (Not_run "not a host mapping"))
+          | None ->
+              let addr, ba = K.host_pages s (Probes.round_up size 4096) in
+              Bigarray.Array1.fill ba '\000';
+              (ba, addr)
+        in
         let m = K.map_host s kd addr size in
-        bind id (Reg (m, Some ba));
+        bind id (Reg (m, Some (ba, addr)));
         Made
     | Write { reg = r; off; bytes } -> (
         match reg r with
-        | _, Some ba ->
+        | _, Some (ba, _) ->
             String.iteri (fun i c -> Bigarray.Array1.set ba (off + i) c) bytes;
             Made
         | kr, None -> if K.write kr ~off bytes then Made else Unreachable)
     | Read { reg = r; off; len } -> (
         let kr, host = reg r in
-        let host = Option.map (fun ba -> host_bytes ba off len) host in
+        let host = Option.map (fun (ba, _) -> host_bytes ba off len) host in
         match (K.read kr ~off ~len, host) with
         | Some got, host -> Bytes { got; host }
         | None, Some h -> Bytes { got = h; host = None }
@@ -214,9 +240,21 @@ module Make (P : Rig_edge.Package) = struct
         let f = function_of role in
         K.call im.idev (fun () -> D.prepare im.image f);
         Made
-    | Submit { dev = d; parts } -> (
+    | Commit d ->
         let kd, q = dev d in
-        match submit kd q parts with
+        take_turn q;
+        Fun.protect ~finally:(fun () -> give_turn q) (fun () ->
+            if Prim.masked kd.facts.queue.commit then (
+              q.committed <- kd.last;
+              Made)
+            else (
+              kd.lost <- Some "failed commit";
+              Submit_failed { value = kd.last; why = "commit failed" }))
+    | Submit { dev = d; parts; commit } -> (
+        let kd, q = dev d in
+        let spins = List.fold_left (fun a -> function Launch { ms; _ } -> a + ms | Fill _ -> a) 0 parts in
+        q.busy_until <- Float.max q.busy_until (now ()) +. (float_of_int spins /. 1000.);
+        match submit kd q parts ~commit with
         | Submitted { value; _ } as a ->
             bind id (Sub value);
             a

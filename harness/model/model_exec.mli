@@ -24,6 +24,9 @@ type outcome = {
   applicable : string option;  (** Some why: the driver lacks what every program needs *)
 }
 
+(** The function name the model uses for a function no image has. *)
+val absent_function : string
+
 module Make (P : Rig_edge.Package) : sig
   val run : Model.program -> outcome
 end

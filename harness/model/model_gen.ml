@@ -6,11 +6,13 @@ let steps p = List.concat p
 
 let presumed st { cmd; _ } =
   match cmd with
-  | Open _ | Alloc _ | Free _ | Map_peer _ | Map_host _ | Write _ | Prepare _ -> Made
+  | Open _ | Alloc _ | Free _ | Map_peer _ | Map_host _ | Write _ | Prepare _ | Commit _ -> Made
   | Load { refused; _ } -> if refused then Refused "presumed" else Made
   | Entry { role = Absent_fn; _ } -> Entry_answer `Absent
   | Entry _ -> Entry_answer (`Entry 0L)
   | Submit { dev; _ } -> Submitted { value = dev_last st dev + 1; growths = 0 }
+  | Wait { dev; _ } when faulting st dev -> Faulted "presumed"
+  | Sleep { dev; _ } when faulting st dev -> Faulted "presumed"
   | Wait { sub; _ } -> Reached (Option.value (sub_value st sub) ~default:0)
   | Read _ -> Bytes { got = ""; host = None }
   | Sleep _ -> Slept { ms = 0.; concurrent = false }
@@ -76,7 +78,15 @@ let draw rng st (n : names) =
           match (dev (), pick rng n.regs) with
           | Some d, Some r when region_device st r <> Some d -> Some (Map_peer { dev = d; reg = r })
           | _ -> None );
-      (1, fun () -> Option.map (fun d -> Map_host { dev = d; size = 1 + int 9000 }) (dev ()));
+      ( 1,
+        fun () ->
+          Option.map
+            (fun d ->
+              (* now and then the pages of an earlier host mapping again *)
+              match List.filter (fun r -> is_host_mapping st r) n.regs with
+              | o :: _ when int 3 = 0 -> Map_host { dev = d; size = Option.value (host_pages_of st o) ~default:4096; over = Some o }
+              | _ -> Map_host { dev = d; size = 1 + int 9000; over = None })
+            (dev ()) );
       ( 5,
         fun () ->
           Option.map
@@ -91,24 +101,24 @@ let draw rng st (n : names) =
               let r, off, len = span_in r in
               Read { reg = r; off; len })
             (pick rng n.regs) );
-      ((if n.imgs = [] then 3 else 1), fun () -> Option.map (fun d -> Load { dev = d; refused = int 8 = 0 }) (dev ()));
+      ((if n.imgs = [] then 3 else 1), fun () -> Option.map (fun d -> Load { dev = d; refused = int 4 = 0 }) (dev ()));
       ( 2,
         fun () ->
           Option.map
             (fun i ->
-              let role = match int 10 with 0 -> Fault_fn | 1 | 2 -> Absent_fn | _ -> Spin in
+              let role = match int 25 with 0 -> Fault_fn | 1 | 2 | 3 | 4 -> Absent_fn | 5 | 6 | 7 | 8 -> Hang_fn | _ -> Spin in
               Entry { img = i; role })
             (pick rng n.imgs) );
       ( 1,
         fun () ->
-          Option.map (fun i -> Prepare { img = i; role = (if int 3 = 0 then Absent_fn else Spin) }) (pick rng n.imgs) );
+          Option.map (fun i -> Prepare { img = i; role = (match int 4 with 0 -> Absent_fn | 1 -> Hang_fn | _ -> Spin) }) (pick rng n.imgs) );
       ( 6,
         fun () ->
           match dev () with
           | None -> None
           | Some d ->
               let fills = regs_of d in
-              let ents = List.filter (fun e -> precond st { id = 0; cmd = Submit { dev = d; parts = [ Launch { ent = e; ms = 1 } ] } }) n.ents in
+              let ents = List.filter (fun e -> precond st { id = 0; cmd = Submit { dev = d; parts = [ Launch { ent = e; ms = 1 } ]; commit = true } }) n.ents in
               let part () =
                 match (int 3, pick rng fills, pick rng ents) with
                 | 0, _, Some e -> Some (Launch { ent = e; ms = 1 + int 40 })
@@ -121,7 +131,8 @@ let draw rng st (n : names) =
               (* now and then many parts, so that room asks for growths *)
               let count = if int 6 = 0 then 8 + int 40 else 1 + int 3 in
               let parts = List.filter_map (fun _ -> part ()) (List.init count Fun.id) in
-              if parts = [] then None else Some (Submit { dev = d; parts }) );
+              if parts = [] then None else Some (Submit { dev = d; parts; commit = int 5 > 0 }) );
+      (1, fun () -> Option.map (fun d -> Commit d) (dev ()));
       ( 4,
         fun () ->
           match List.rev n.subs with
@@ -167,23 +178,37 @@ let follow_ups rng st { id; cmd } =
   let size r = Option.value (region_size st r) ~default:4 in
   match cmd with
   | Alloc { size = n; _ } when int 2 = 0 -> [ (fun _ -> Write { reg = id; off = 0; bytes = bytes rng (min n 64) }) ]
-  | Submit { dev; _ } when int 5 < 3 -> [ (fun sub -> Wait { dev; sub }) ]
+  | Submit { dev; commit = true; _ } when int 5 < 3 -> [ (fun sub -> Wait { dev; sub }) ]
+  | Close { dev; _ } when int 2 = 0 -> (match opener_of st dev with Some o -> [ (fun _ -> Open o) ] | None -> [])
+  | Submit { dev; commit = true; parts } when int 8 = 0 && List.exists (function Launch _ -> true | _ -> false) parts ->
+      (* stopped with its work running *)
+      [ (fun _ -> Close { dev; drain = false }) ]
   | Entry { img; role = Fault_fn } when int 4 < 3 -> (
       match image_device st img with
       | Some dev ->
-          (fun _ -> Submit { dev; parts = [ Launch { ent = id; ms = 0 } ] })
+          (fun _ -> Submit { dev; parts = [ Launch { ent = id; ms = 0 } ]; commit = true })
           :: List.init (int 3) (fun _ -> fun _ -> Signaled dev)
           @ [ (fun _ -> Sleep { dev; seen = Current; still_ms = 50 }); (fun _ -> Sleep { dev; seen = Current; still_ms = 50 }) ]
+          @ List.concat_map (fun d -> if d <> dev then [ (fun _ -> Peer { dev; other = d }); (fun _ -> Peer { dev = d; other = dev }) ] else []) (open_devices st)
+          (* the launch's wait sees the Fault; rig closes the lost device and
+             the program opens its name again *)
+          @ [ (fun _ -> Wait { dev; sub = id + 1 }); (fun _ -> Close { dev; drain = true }) ]
+          @ (match opener_of st dev with Some o -> [ (fun _ -> Open o) ] | None -> [])
       | None -> [])
-  | Map_peer { reg; _ } when int 2 = 0 ->
+  | Open _ ->
+      (* a second device: rig asks peer both ways, and the answers must hold *)
+      List.concat_map
+        (fun d -> if d <> id then [ (fun _ -> Peer { dev = id; other = d }); (fun _ -> Peer { dev = d; other = id }) ] else [])
+        (open_devices st)
+  | Map_peer { reg; _ } ->
       let len = 1 + int (min 16 (size reg)) in
       let off = int (size reg - len + 1) in
       [ (fun _ -> Write { reg; off; bytes = bytes rng len }); (fun _ -> Read { reg = id; off; len }) ]
-  | Map_host { dev; size = n } when int 3 > 0 ->
+  | Map_host { dev; size = n; _ } ->
       let top = (n + Rig_edge.word - 1) / Rig_edge.word * Rig_edge.word in
       let len = 1 + int (min 16 top) in
       let off = top - len in
-      [ (fun _ -> Submit { dev; parts = [ Fill { reg = id; off; len; byte = 1 + int 255 } ] });
+      [ (fun _ -> Submit { dev; parts = [ Fill { reg = id; off; len; byte = 1 + int 255 } ]; commit = true });
         (fun sub -> Wait { dev; sub });
         (fun _ -> Read { reg = id; off; len }) ]
   | _ -> []

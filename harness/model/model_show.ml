@@ -13,18 +13,20 @@ let statement { id; cmd } =
   | Alloc { dev; mem; size } -> spf "alloc r%d d%d %s %d" id dev (string_of_memory mem) size
   | Free r -> spf "free r%d" r
   | Map_peer { dev; reg } -> spf "map_peer r%d d%d r%d" id dev reg
-  | Map_host { dev; size } -> spf "map_host r%d d%d %d" id dev size
+  | Map_host { dev; size; over } ->
+      spf "map_host r%d d%d %d%s" id dev size (match over with Some o -> spf " over r%d" o | None -> "")
   | Write { reg; off; bytes } -> spf "write r%d %d %s" reg off (str bytes)
   | Read { reg; off; len } -> spf "read r%d %d %s" reg off (str (String.make len '\000'))
   | Load { dev; refused } -> spf "load i%d d%d %s" id dev (if refused then "refused" else "kit")
   | Entry { img; role } -> spf "entry e%d i%d %s" id img (string_of_role role)
   | Prepare { img; role } -> spf "prepare i%d %s" img (string_of_role role)
-  | Submit { dev; parts } ->
+  | Commit d -> spf "commit d%d" d
+  | Submit { dev; parts; commit } ->
       let part = function
         | Fill { reg; off; len; byte } -> spf "fill r%d %d %d %d" reg off len byte
         | Launch { ent; ms } -> spf "launch e%d %d" ent ms
       in
-      spf "submit v%d d%d %s" id dev (String.concat " ; " (List.map part parts))
+      spf "%s v%d d%d %s" (if commit then "submit" else "encode") id dev (String.concat " ; " (List.map part parts))
   | Wait { dev; sub } -> spf "wait d%d v%d" dev sub
   | Sleep { dev; seen; still_ms } -> spf "sleep d%d %s %d" dev (match seen with Current -> "current" | Other -> "other") still_ms
   | Signaled d -> spf "signaled d%d" d
@@ -63,7 +65,7 @@ let table ~title o =
       Buffer.add_string b (spf "%s%3d  %s\n" (if marked then ">" else " ") (n + 1) (String.concat " | " row)))
     phases;
   (match o.violation with
-  | Some v -> Buffer.add_string b (utf8 (spf "%s: %s\n" v.clause v.detail))
+  | Some v -> Buffer.add_string b (utf8 (spf "%s: %s" v.clause v.detail) ^ "\n")
   | None -> Buffer.add_string b "no violation\n");
   Buffer.contents b
 
@@ -118,6 +120,7 @@ let program_of_scenario (stmts : Scenario_syntax.stmt list) =
     | S.Word "spin" -> Spin
     | S.Word "fault" -> Fault_fn
     | S.Word "absent" -> Absent_fn
+    | S.Word "hang" -> Hang_fn
     | _ -> bad st
   in
   let rec parts st acc = function
@@ -141,13 +144,17 @@ let program_of_scenario (stmts : Scenario_syntax.stmt list) =
         decl n (Alloc { dev = sym d; mem; size })
     | "free", [ S.Word r ] -> mk (Free (sym r))
     | "map_peer", [ S.Word n; S.Word d; S.Word r ] -> decl n (Map_peer { dev = sym d; reg = sym r })
-    | "map_host", [ S.Word n; S.Word d; S.Int size ] -> decl n (Map_host { dev = sym d; size })
+    | "map_host", [ S.Word n; S.Word d; S.Int size ] -> decl n (Map_host { dev = sym d; size; over = None })
+    | "map_host", [ S.Word n; S.Word d; S.Int size; S.Word "over"; S.Word o ] ->
+        decl n (Map_host { dev = sym d; size; over = Some (sym o) })
     | "write", [ S.Word r; S.Int off; S.Str bytes ] -> mk (Write { reg = sym r; off; bytes })
     | "read", [ S.Word r; S.Int off; S.Str bytes ] -> mk (Read { reg = sym r; off; len = String.length bytes })
     | "load", [ S.Word n; S.Word d; S.Word k ] when k = "kit" || k = "refused" -> decl n (Load { dev = sym d; refused = k = "refused" })
     | "entry", [ S.Word n; S.Word i; r ] -> decl n (Entry { img = sym i; role = role st r })
     | "prepare", [ S.Word i; r ] -> mk (Prepare { img = sym i; role = role st r })
-    | "submit", S.Word n :: S.Word d :: rest -> decl n (Submit { dev = sym d; parts = parts st [] rest })
+    | "submit", S.Word n :: S.Word d :: rest -> decl n (Submit { dev = sym d; parts = parts st [] rest; commit = true })
+    | "encode", S.Word n :: S.Word d :: rest -> decl n (Submit { dev = sym d; parts = parts st [] rest; commit = false })
+    | "commit", [ S.Word d ] -> mk (Commit (sym d))
     | "wait", [ S.Word d; S.Word v ] -> mk (Wait { dev = sym d; sub = sym v })
     | "sleep", [ S.Word d; S.Word seen; S.Int still_ms ] ->
         mk (Sleep { dev = sym d; seen = (if seen = "other" then Other else Current); still_ms })

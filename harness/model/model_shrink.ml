@@ -11,9 +11,9 @@ let without_chunk l i k = List.filteri (fun j _ -> j < i || j >= i + k) l
 let simpler cmd =
   let forms =
   match cmd with
-  | Submit { dev; parts } ->
+  | Submit { dev; parts; commit } ->
       let n = List.length parts in
-      let drops = List.init n (fun i -> Submit { dev; parts = without_chunk parts i 1 }) in
+      let drops = List.init n (fun i -> Submit { dev; parts = without_chunk parts i 1; commit }) in
       let short =
         List.map
           (function
@@ -21,7 +21,7 @@ let simpler cmd =
             | Fill f -> Fill { f with len = 1 })
           parts
       in
-      (if n > 1 then [ Submit { dev; parts = [ List.hd parts ] } ] else []) @ drops @ [ Submit { dev; parts = short } ]
+      (if n > 1 then [ Submit { dev; parts = [ List.hd parts ]; commit } ] else []) @ drops @ [ Submit { dev; parts = short; commit } ]
   | Write { reg; off; bytes } when String.length bytes > 1 -> [ Write { reg; off; bytes = String.sub bytes 0 1 } ]
   | Read { reg; off; len } when len > 1 -> [ Read { reg; off; len = 1 } ]
   | Alloc { dev; mem; size } ->
@@ -33,10 +33,26 @@ let simpler cmd =
   in
   List.filter (fun c -> c <> cmd) forms
 
-let shrink ~fails ~budget p =
+(* Ids 1, 2, 3... in program order, so that a counterexample reads d1, r2... *)
+let renumber p =
+  let map = Hashtbl.create 16 in
+  let next = ref 0 in
+  let p =
+    List.map
+      (List.map (fun s ->
+           incr next;
+           Hashtbl.replace map s.id !next;
+           s))
+      p
+  in
+  let f s = match Hashtbl.find_opt map s with Some n -> n | None -> s in
+  List.map (List.map (fun s -> { id = f s.id; cmd = map_syms f s.cmd })) p
+
+let shrink ~fails ~budget ~seconds p =
   let runs = ref 0 in
+  let deadline = Unix.gettimeofday () +. seconds in
   let try_ c =
-    if !runs >= budget then false
+    if !runs >= budget || Unix.gettimeofday () > deadline then false
     else (
       incr runs;
       fails c)

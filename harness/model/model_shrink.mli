@@ -6,7 +6,12 @@
 
 (** [shrink ~fails ~budget p]: the smallest program found that [fails], and
     how many candidates were run.  [budget]: at most that many runs. *)
-val shrink : fails:(Model.program -> bool) -> budget:int -> Model.program -> Model.program * int
+val shrink : fails:(Model.program -> bool) -> budget:int -> seconds:float -> Model.program -> Model.program * int
+(** [seconds]: and at most that long. *)
+
+(** [renumber p]: ids 1, 2, 3... in program order (a step that names an
+    id no step makes keeps it: drop such steps first). *)
+val renumber : Model.program -> Model.program
 
 (** The number of steps of a program. *)
 val size : Model.program -> int

@@ -655,17 +655,17 @@ enum verb {
   V_SCENARIO, V_CLAUSES, V_NEEDS, V_DRIVES, V_CONFIGURE, V_INJECT, V_OPEN, V_CLOSE, V_ALLOC, V_FREE,
   V_MAP_PEER, V_MAP_HOST, V_DMA, V_WRITE, V_READ, V_LOAD, V_UNLOAD, V_ENTRY, V_PREPARE,
   V_SUBMIT, V_WAIT, V_SPAWN, V_AWAIT_CALL, V_JOIN, V_SCHEDULE, V_SCHEDULE_MUTANT, V_SLEEP, V_SIGNALED,
-  V_PEER, V_COUNT
+  V_PEER, V_ENCODE, V_COMMIT, V_COUNT
 };
 static const char *const VERBS[] = {
     "scenario", "clauses", "needs", "drives", "configure", "inject", "open", "close", "alloc",
     "free", "map_peer", "map_host", "dma", "write", "read", "load", "unload", "entry",
     "prepare", "submit", "wait", "spawn", "await_call", "join", "schedule", "schedule_mutant", "sleep", "signaled",
-    "peer", NULL};
-#define VERBS_WHAT "a statement (scenario, clauses, needs, drives, configure, inject, open, close, alloc, free, map_peer, map_host, dma, write, read, load, unload, entry, prepare, submit, wait, spawn, await_call, join, schedule, schedule_mutant, sleep, signaled or peer)"
+    "peer", "encode", "commit", NULL};
+#define VERBS_WHAT "a statement (scenario, clauses, needs, drives, configure, inject, open, close, alloc, free, map_peer, map_host, dma, write, read, load, unload, entry, prepare, submit, wait, spawn, await_call, join, schedule, schedule_mutant, sleep, signaled, peer, encode or commit)"
 
 /* Calls only a scenario that drives the driver directly makes. */
-static int driver_only(int v) { return v == V_SLEEP || v == V_SIGNALED || v == V_PEER; }
+static int driver_only(int v) { return v == V_SLEEP || v == V_SIGNALED || v == V_PEER || v == V_ENCODE || v == V_COMMIT; }
 
 /* The fake's knobs and the fuzzer's schedules: only after "needs fake". */
 static int fake_only(int v) {
@@ -712,7 +712,13 @@ static int g_action(struct P *p, enum verb v) {
   case V_FREE: return g_ref(p, S_REGION);
   case V_MAP_PEER: return g_new(p, S_PEER) || g_ref(p, S_DEV) || g_ref(p, S_BUF);
   case V_MAP_HOST:
-    return g_new(p, S_HOST) || g_ref(p, S_DEV) || g_int(p, 1, SCN_MAX_INT, "a size (an integer > 0)");
+    if (g_new(p, S_HOST) || g_ref(p, S_DEV) || g_int(p, 1, SCN_MAX_INT, "a size (an integer > 0)")) return -1;
+    /* "over HOST": the pages of an earlier host mapping (drives driver) */
+    if (peek(p)->k == T_WORD && peek(p)->vlen == 4 && memcmp(peek(p)->val, "over", 4) == 0) {
+      next(p);
+      return g_ref(p, S_HOST);
+    }
+    return 0;
   case V_DMA: return g_ref(p, S_REGION) || g_str(p, "a string (the bus's name)");
   case V_WRITE:
     return g_ref(p, S_REGION) || g_int(p, 0, SCN_MAX_INT, "an offset (an integer >= 0)") ||
@@ -736,6 +742,8 @@ static int g_action(struct P *p, enum verb v) {
   }
   case V_SIGNALED: return g_ref(p, S_DEV);
   case V_PEER: return g_ref(p, S_DEV) || g_ref(p, S_DEV);
+  case V_ENCODE: return g_submit(p); /* a submit left uncommitted */
+  case V_COMMIT: return g_ref(p, S_DEV);
   case V_SCHEDULE_MUTANT: {
     /* The name is checked by the interpreter, which knows the fuzzer's mutants. */
     const struct tok *t = next(p);
