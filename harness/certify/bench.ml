@@ -115,10 +115,25 @@ let main args =
   let certify_hostmem =
     List.map (certify ~driver:"hostmem" ~args:"--plugin _build/default/drivers/hostmem/hostmem.cmxs --driver hostmem") [ 1; 2 ]
   in
+  (* Generated call sequences on one core: model.driver in one process (its
+     threads share one domain), on the conforming fake, unshrunk. *)
+  let model_sequences = 40 in
+  let model_wall =
+    let t0 = Unix.gettimeofday () in
+    let code =
+      Sys.command
+        (Printf.sprintf "RIG_CONFORM_SHRINK_SECONDS=0 %s run --driver fake --case model.driver --seed 1 --sequences %d > /dev/null 2>&1"
+           (Filename.quote Sys.executable_name) model_sequences)
+    in
+    let wall = Unix.gettimeofday () -. t0 in
+    Printf.printf "model.driver on the fake, one process: %d sequences in %.1f s, %.1f sequences/s, exit %d\n%!" model_sequences
+      wall (float model_sequences /. wall) code;
+    wall
+  in
   ignore (Sys.command (Printf.sprintf "mkdir -p %s" (Filename.quote (Filename.dirname !report))));
   Out_channel.with_open_bin !report (fun oc ->
       Printf.fprintf oc
-        "{\n  \"format\": \"rig-conform-bench/2\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": [%s],\n  \"sweep\": [%s],\n  \"async_sweep\": {\"allocation_points\": %d, \"wait_points\": %d, \"wall_s\": %.2f, \"exit\": %d}\n}\n"
+        "{\n  \"format\": \"rig-conform-bench/2\",\n  \"validation\": {\"iterations\": %d, \"bare_s\": %.4f, \"wrapped_s\": %.4f, \"ratio\": %.3f},\n  \"certify\": [%s],\n  \"sweep\": [%s],\n  \"async_sweep\": {\"allocation_points\": %d, \"wait_points\": %d, \"wall_s\": %.2f, \"exit\": %d},\n  \"model\": {\"sequences\": %d, \"wall_s\": %.2f, \"sequences_per_s\": %.2f}\n}\n"
         iterations bare wrapped (wrapped /. bare)
         (String.concat ", " (certify_fake @ certify_hostmem))
         (String.concat ", "
@@ -128,6 +143,6 @@ let main args =
                 Printf.sprintf "{\"run\": %s, \"points\": %d, \"wall_s\": %.2f, \"points_per_s\": %.1f, \"exit\": %d}"
                   (Report.json_string label) points wall (float points /. wall) code)
               sweeps))
-        (List.length async_points - async_waits) async_waits async_wall async_code
-);
+        (List.length async_points - async_waits) async_waits async_wall async_code model_sequences model_wall
+        (float model_sequences /. model_wall));
   Printf.printf "report: %s\n" !report

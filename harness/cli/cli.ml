@@ -90,7 +90,8 @@ Options:
                     async@/wait@), runs each point in turn in this process, each output after
                     a line POINT<TAB>F:N:K: how the sweep's children run a batch
   --sequences N     (certify, run) programs each run of a model.* case draws and runs
-                    (default 8, at most 100000)
+                    (default 8, fewer on a driver so slow that they take over 60 s; given,
+                    all N run: raise --timeout with it; at most 100000)
   --scenario FILE   (run) the scenario file to run
   --no-sweep        (certify) skip the systematic fault-injection sweep
   --list            (certify) the clauses, the cases that check each, the driver's kit; runs nothing

@@ -96,7 +96,7 @@ type reg = {
 
 type img = { idev : sym; prepared : role list }
 type ent = { eimg : sym; erole : role; eanswer : [ `Entry of int64 | `Absent | `No_memory of int ] }
-type sub = { sdev : sym; value : int }
+type sub = { sdev : sym; value : int; has_launch : bool }
 
 type state = {
   devs : dev IM.t;
@@ -378,7 +378,8 @@ let next_state st { id; cmd } answer =
       match find st.imgs img with Some i -> lost_on st i.idev a | None -> st)
   | Submit { dev; parts; commit }, (Submitted { value; _ } | Submit_failed { value; _ }) ->
       let st = set_dev st dev (fun v -> { v with last = max v.last value; committed = (if commit then max v.last value else v.committed) }) in
-      let st = { st with subs = IM.add id { sdev = dev; value } st.subs } in
+      let has_launch = List.exists (function Launch _ -> true | Fill _ -> false) parts in
+      let st = { st with subs = IM.add id { sdev = dev; value; has_launch } st.subs } in
       let st =
         List.fold_left
           (fun st -> function
@@ -497,6 +498,32 @@ let check_read st reg off (got : string) ~through =
       | None -> shared_despite_peer st reg off got)
   | _ -> None
 
+(* A Fault where no fault was launched, while the only work not yet seen
+   done is fills within regions of one kind: the device could not reach
+   memory the region must hold (MEM-2 for alloc's, MEM-5 for a peer
+   mapping's, MEM-7 for a host mapping's).  Fills over several kinds of
+   region, or a launch among them, name no clause. *)
+let fault_on_fills st d why =
+  let writers =
+    IM.fold
+      (fun _ c acc ->
+        Array.fold_left (fun acc b -> match b with Pending p when p.dev = d -> p.writer :: acc | _ -> acc) acc c)
+      st.cells []
+    |> List.sort_uniq compare
+  in
+  let kinds = List.sort_uniq compare (List.filter_map (fun r -> Option.map (fun g -> g.kind) (find st.regs r)) writers) in
+  let launches_pending =
+    (* a launch's work may fault for its own reasons: only fills are judged *)
+    let confirmed = match find st.devs d with Some v -> v.confirmed | None -> 0 in
+    IM.exists (fun _ s -> s.sdev = d && s.value > confirmed && s.has_launch) st.subs
+  in
+  match (kinds, writers) with
+  | [ k ], r :: _ when not launches_pending ->
+      let clause = match k with K_alloc -> "MEM-2" | K_peer -> "MEM-5" | K_host -> "MEM-7" in
+      Some (clause, spf "the device faulted (%S) with no fault launched, its only pending work fills within r%d%s" why r
+              (match k with K_host -> ", a map_host region (it must map the whole pages)" | _ -> ""))
+  | _ -> None
+
 let postcond st { cmd; _ } answer =
   let dev d = find st.devs d in
   let faulting d = match dev d with Some v -> v.faulting || v.faulted | None -> false in
@@ -525,6 +552,7 @@ let postcond st { cmd; _ } answer =
               spf "entry for the %s function is %s%s" (string_of_role role) (show_entry a)
                 (if prepared then " after a prepare of it" else "") )
       | _ -> None)
+  | (Wait { dev = d; _ } | Sleep { dev = d; _ }), Faulted why when not (faulting d) -> fault_on_fills st d why
   | Wait { dev = d; _ }, Timed_out w when (match dev d with Some v -> v.faulting && not v.faulted | None -> false) ->
       Some ("TIME-5", spf "after a launch of the kit's fault function, sleeps raised no Fault for 6 s (the word reads %d)" w)
   | Prepare { role = Absent_fn; _ }, Raised e ->

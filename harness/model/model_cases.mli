@@ -18,6 +18,10 @@ val default_sequences : int
 (** The programs a run draws: [RIG_CONFORM_SEQUENCES], or the default. *)
 val sequences : unit -> int
 
+(** Without [RIG_CONFORM_SEQUENCES], a run draws no new program once this
+    many seconds have gone by (a slow driver runs fewer programs). *)
+val drawing_seconds : float
+
 (** Phases per program. *)
 val phases : int
 

@@ -102,11 +102,11 @@ let draw rng st (n : names) =
               Read { reg = r; off; len })
             (pick rng n.regs) );
       ((if n.imgs = [] then 3 else 1), fun () -> Option.map (fun d -> Load { dev = d; refused = int 4 = 0 }) (dev ()));
-      ( 2,
+      ( 3,
         fun () ->
           Option.map
             (fun i ->
-              let role = match int 25 with 0 -> Fault_fn | 1 | 2 | 3 | 4 -> Absent_fn | 5 | 6 | 7 | 8 -> Hang_fn | _ -> Spin in
+              let role = match int 25 with 0 | 9 -> Fault_fn | 1 | 2 | 3 | 4 -> Absent_fn | 5 | 6 | 7 | 8 -> Hang_fn | _ -> Spin in
               Entry { img = i; role })
             (pick rng n.imgs) );
       ( 1,
@@ -200,6 +200,11 @@ let follow_ups rng st { id; cmd } =
       List.concat_map
         (fun d -> if d <> id then [ (fun _ -> Peer { dev = id; other = d }); (fun _ -> Peer { dev = d; other = id }) ] else [])
         (open_devices st)
+  | Entry { img; role } when role <> Fault_fn && int 2 = 0 ->
+      (* rig asks again, for the next launch, perhaps after other functions' prepares *)
+      let other = match role with Spin -> Hang_fn | _ -> Spin in
+      (if int 2 = 0 then [ (fun _ -> Prepare { img; role = other }) ] else [])
+      @ [ (fun _ -> Entry { img; role }) ]
   | Map_peer { reg; _ } ->
       let len = 1 + int (min 16 (size reg)) in
       let off = int (size reg - len + 1) in

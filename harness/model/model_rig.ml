@@ -124,8 +124,9 @@ let case =
   let run (module P : Rig_edge.Package) ~seed =
     let module M = Run (P) in
     let n = Model_cases.sequences () in
+    let t0 = Unix.gettimeofday () in
     let rec go i =
-      if i >= n then Case.Ran []
+      if i >= n || (i > 0 && Unix.gettimeofday () -. t0 > Model_cases.drawing_seconds && Sys.getenv_opt "RIG_CONFORM_SEQUENCES" = None) then Case.Ran []
       else
         let program = rig_program (Model_gen.program (Random.State.make [| seed; i; 1 |]) ~phases:Model_cases.phases) in
         match M.run program with
