@@ -56,6 +56,9 @@ let driver_case =
       else
         let program = Model_gen.program (Random.State.make [| seed; i |]) ~phases in
         let o = E.run program in
+        (* What the session's own watchdogs saw (a sleep or stop past 9 s):
+           in a certification the call watch ends such a run first. *)
+        List.iter (fun (f : Case.finding) -> Printf.printf "model.driver: the session: %s\n" f.detail) o.extra;
         if Sys.getenv_opt "RIG_CONFORM_MODEL_TRACE" <> None then
           print_string (Model_show.table ~title:(spf "sequence %d of seed %d" i seed) o);
         match (o.applicable, o.violation) with

@@ -119,8 +119,11 @@ let draw rng st (n : names) =
           | Some d ->
               let fills = regs_of d in
               let ents = List.filter (fun e -> precond st { id = 0; cmd = Submit { dev = d; parts = [ Launch { ent = e; ms = 1 } ]; commit = true } }) n.ents in
+              (* now and then many parts (fills: their work is short), more
+                 than a queue holds, so that room asks for growths *)
+              let count = if int 6 = 0 then 8 + int 120 else 1 + int 3 in
               let part () =
-                match (int 3, pick rng fills, pick rng ents) with
+                match ((if count > 8 then 1 else int 3), pick rng fills, pick rng ents) with
                 | 0, _, Some e -> Some (Launch { ent = e; ms = 1 + int 40 })
                 | _, Some r, _ ->
                     let r, off, len = span_in r in
@@ -128,8 +131,6 @@ let draw rng st (n : names) =
                 | _, None, Some e -> Some (Launch { ent = e; ms = 1 + int 40 })
                 | _ -> None
               in
-              (* now and then many parts, so that room asks for growths *)
-              let count = if int 6 = 0 then 8 + int 40 else 1 + int 3 in
               let parts = List.filter_map (fun _ -> part ()) (List.init count Fun.id) in
               if parts = [] then None else Some (Submit { dev = d; parts; commit = int 5 > 0 }) );
       (1, fun () -> Option.map (fun d -> Commit d) (dev ()));
@@ -180,7 +181,7 @@ let follow_ups rng st { id; cmd } =
   | Alloc { size = n; _ } when int 2 = 0 -> [ (fun _ -> Write { reg = id; off = 0; bytes = bytes rng (min n 64) }) ]
   | Submit { dev; commit = true; _ } when int 5 < 3 -> [ (fun sub -> Wait { dev; sub }) ]
   | Close { dev; _ } when int 2 = 0 -> (match opener_of st dev with Some o -> [ (fun _ -> Open o) ] | None -> [])
-  | Submit { dev; commit = true; parts } when int 8 = 0 && List.exists (function Launch _ -> true | _ -> false) parts ->
+  | Submit { dev; commit = true; parts } when int 5 = 0 && List.exists (function Launch _ -> true | _ -> false) parts ->
       (* stopped with its work running *)
       [ (fun _ -> Close { dev; drain = false }) ]
   | Entry { img; role = Fault_fn } when int 4 < 3 -> (
@@ -200,6 +201,11 @@ let follow_ups rng st { id; cmd } =
       List.concat_map
         (fun d -> if d <> id then [ (fun _ -> Peer { dev = id; other = d }); (fun _ -> Peer { dev = d; other = id }) ] else [])
         (open_devices st)
+  | Entry { img; role = Spin } when int 2 = 0 -> (
+      (* the entry is for a launch *)
+      match image_device st img with
+      | Some dev -> [ (fun _ -> Submit { dev; parts = [ Launch { ent = id; ms = 1 + int 60 } ]; commit = true }) ]
+      | None -> [])
   | Entry { img; role } when role <> Fault_fn && int 2 = 0 ->
       (* rig asks again, for the next launch, perhaps after other functions' prepares *)
       let other = match role with Spin -> Hang_fn | _ -> Spin in
