@@ -56,7 +56,7 @@ type answer =
 
 let clauses =
   [ "MEM-2"; "MEM-4"; "MEM-5"; "MEM-7"; "CODE-1"; "CODE-2"; "CODE-6"; "QUEUE-2"; "TIME-1"; "TIME-3";
-    "TIME-4"; "TIME-5"; "TIME-6"; "STOP-3"; "STOP-6" ]
+    "TIME-4"; "TIME-5"; "TIME-6"; "STOP-3"; "STOP-5"; "STOP-6" ]
 
 module IM = Map.Make (Int)
 
@@ -590,7 +590,11 @@ let postcond st { cmd; _ } answer =
          bounds that case. *)
       match dev d with
       | Some v ->
-          if idle && word_after_stop <> v.last && word_after_stop >= v.confirmed then
+          (* a word below what it showed before was let go (STOP-5); one
+             that never showed a value cannot tell the two apart *)
+          if word_after_stop < v.confirmed then
+            Some ("STOP-5", spf "right after stop returned, the word reads %d, below the %d it read before: the word must stay until rig frees it" word_after_stop v.confirmed)
+          else if idle && word_after_stop <> v.last && v.confirmed > 0 then
             Some ("STOP-3", spf "right after stop returned, with no work running, the word reads %d, not the last value %d given to submit" word_after_stop v.last)
           else (
             match late with

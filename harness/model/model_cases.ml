@@ -44,6 +44,20 @@ let shrink_seconds () =
    on stdout. *)
 let drawing_seconds = 60.
 
+(* The stop clauses are judged through signaled: they hold only if
+   signaled reads the word.  Before one is reported, TIME-1's probe checks
+   that premise (work seen done in memory, the word read by signaled
+   alone); if signaled does not read the word, that is the finding. *)
+let rests_on_signaled = [ "STOP-3"; "STOP-5"; "STOP-6" ]
+
+let signaled_premise (module P : Rig_edge.Package) ~seed =
+  match List.find_opt (fun (c : Case.t) -> List.mem "TIME-1" c.clauses) Word_probes.cases with
+  | None -> None
+  | Some c -> (
+      match c.run (module P) ~seed with
+      | Case.Ran (f :: _) when f.clause = "TIME-1" -> Some f
+      | _ -> None)
+
 let driver_case =
   let run (module P : Rig_edge.Package) ~seed =
     let module E = Model_exec.Make (P) in
@@ -64,6 +78,11 @@ let driver_case =
         match (o.applicable, o.violation) with
         | Some why, _ -> Case.Not_applicable why
         | None, None -> go (i + 1)
+        | None, Some v when List.mem v.clause rests_on_signaled && signaled_premise (module P) ~seed <> None ->
+            let f = Option.get (signaled_premise (module P) ~seed) in
+            Case.Ran
+              [ Case.finding "TIME-1" "%s (found while judging the model's %s in sequence %d, which rests on signaled reading the word: %s)"
+                  f.detail v.clause i v.detail ]
         | None, Some v ->
             let fails p = match (E.run p).violation with Some w -> w.clause = v.clause | None -> false in
             let small, runs = Model_shrink.shrink ~fails ~budget ~seconds:(shrink_seconds ()) program in
