@@ -166,7 +166,10 @@ static int bsq_room(void *dev, const struct rig_submission *s) {
   tls_s = s;
   switch (q->mode) {
   case Q_GROW_ONCE:
-    /* one RIG_GROW for each submission, before its first RIG_ROOM */
+    /* one RIG_GROW for each submission, before its first RIG_ROOM, unless
+     * it needed a real one (after a real one's Grown, another RIG_GROW
+     * would break QUEUE-2) */
+    if (r == RIG_GROW) tls_asked = 1;
     if (r == RIG_ROOM && tls_asked == 0) { tls_asked = 1; return RIG_GROW; }
     break;
   case Q_REGROW:

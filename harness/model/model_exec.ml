@@ -330,7 +330,12 @@ module Make (P : Rig_edge.Package) = struct
                       runnable
                   in
                   let evs = List.map (fun (t, cell) -> Thread.join t; Option.get !cell) cells in
-                  let evs = List.stable_sort (fun a b -> compare a.t1 b.t1) evs in
+                  (* In the order they ended, but what only looks (signaled,
+                     peer, sleep, read) after what changes: a signaled that
+                     ran beside a submit may read its value before that
+                     submit returned. *)
+                  let looks e = match e.step.cmd with Signaled _ | Peer _ | Sleep _ | Read _ -> 1 | _ -> 0 in
+                  let evs = List.stable_sort (fun a b -> compare (looks a, a.t1) (looks b, b.t1)) evs in
                   (List.fold_left judge st evs, k + 1))
           (initial, 0) program
       in
