@@ -317,7 +317,9 @@ let drop_device st d =
   set_dev { st with regs; cells; imgs; ents } d (fun v -> { v with stopped = true })
 
 let next_state st { id; cmd } answer =
-  let lost_on st d = function Faulted _ -> fault st d | Raised _ -> lose st d | _ -> st in
+  (* A Fault loses the device; only one that sleep or a wait raised is an
+     event of the device's that later sleeps must raise again (TIME-5). *)
+  let lost_on st d = function Faulted _ | Raised _ -> lose st d | _ -> st in
   match (cmd, answer) with
   | Close { dev; _ }, _ -> drop_device st dev
   | _, Skipped _ -> st
@@ -406,6 +408,7 @@ let next_state st { id; cmd } answer =
   | Commit dev, a -> lost_on st dev a
   | Wait { dev; _ }, Reached w -> confirm st dev w
   | Wait { dev; _ }, Timed_out _ -> set_dev st dev (fun v -> { v with stuck = true })
+  | Wait { dev; _ }, Faulted _ -> fault st dev
   | Wait { dev; _ }, a -> lost_on st dev a
   | Sleep { dev; _ }, Faulted _ -> fault st dev
   | Sleep { dev; seen = Current; still_ms }, Slept { ms; concurrent = false } ->
@@ -553,6 +556,13 @@ let postcond st { cmd; _ } answer =
                 (if prepared then " after a prepare of it" else "") )
       | _ -> None)
   | (Wait { dev = d; _ } | Sleep { dev = d; _ }), Faulted why when not (faulting d) -> fault_on_fills st d why
+  | (Read { reg; _ } | Write { reg; _ }), Faulted why -> (
+      (* the host's access to bytes within the region, with no fault launched *)
+      match (region_device st reg, find st.regs reg) with
+      | Some d, Some g when not (faulting d) ->
+          let clause = match g.kind with K_alloc -> "MEM-2" | K_peer -> "MEM-5" | K_host -> "MEM-7" in
+          Some (clause, spf "the host's access to bytes within r%d (its %d bytes) raised Fault %S, with no fault launched" reg g.size why)
+      | _ -> None)
   | Wait { dev = d; _ }, Timed_out w when (match dev d with Some v -> v.faulting && not v.faulted | None -> false) ->
       Some ("TIME-5", spf "after a launch of the kit's fault function, sleeps raised no Fault for 6 s (the word reads %d)" w)
   | Prepare { role = Absent_fn; _ }, Raised e ->
