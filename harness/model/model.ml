@@ -274,6 +274,15 @@ let phase_ok st = function
       let cells = List.concat_map (fun s -> List.filter (function `Cell _ -> true | _ -> false) (footprint st s)) steps in
       List.length (List.sort_uniq compare cells) = List.length cells
 
+(* How late a sleep on the word as it reads may return and still be in
+   time: still_ms, plus 1 s of a loaded machine's noise, or half of
+   still_ms when that is more (a sleep that waits twice its still_ms is
+   seen once still_ms is long). *)
+let sleep_bound_ms still_ms = float_of_int still_ms +. Float.max 1000. (float_of_int still_ms /. 2.)
+
+(* Past it, a sleep on a value the word does not read did not return at once. *)
+let other_bound_ms still_ms = float_of_int still_ms /. 2.
+
 (* ------------------------------------------------------------ next_state *)
 
 let set_dev st d f = match find st.devs d with Some v -> { st with devs = IM.add d (f v) st.devs } | None -> st
@@ -412,7 +421,7 @@ let next_state st { id; cmd } answer =
   | Wait { dev; _ }, a -> lost_on st dev a
   | Sleep { dev; _ }, Faulted _ -> fault st dev
   | Sleep { dev; seen = Current; still_ms }, Slept { ms; concurrent = false } ->
-      if ms <= float_of_int still_ms +. 2000. then set_dev st dev (fun v -> { v with lone_sleep_ok = true }) else st
+      if ms <= sleep_bound_ms still_ms then set_dev st dev (fun v -> { v with lone_sleep_ok = true }) else st
   | Sleep _, _ -> st
   | Signaled d, Word w -> set_dev st d (fun v -> if v.last = 0 && v.first_word = None then { v with first_word = Some w } else v)
   | Signaled _, _ -> st
@@ -571,9 +580,9 @@ let postcond st { cmd; _ } answer =
       Some ("QUEUE-2", spf "room answered RIG_GROW again for the same submission after grow answered Grown (%d growth(s))" growths)
   | Sleep { dev = d; _ }, Slept { ms; _ } when (match dev d with Some v -> v.faulted | None -> false) ->
       Some ("TIME-5", spf "sleep returned after %.0f ms on a device that faulted: it must raise Fault" ms)
-  | Sleep { dev = d; seen = Other; still_ms }, Slept { ms; _ } when (not (faulting d)) && ms > float_of_int still_ms /. 2. ->
+  | Sleep { dev = d; seen = Other; still_ms }, Slept { ms; _ } when (not (faulting d)) && ms > other_bound_ms still_ms ->
       Some ("TIME-3", spf "sleep with a seen the word does not read took %.0f ms (still_ms %d): it must return at once" ms still_ms)
-  | Sleep { dev = d; seen = Current; still_ms }, Slept { ms; concurrent } when ms > float_of_int still_ms +. 2000. ->
+  | Sleep { dev = d; seen = Current; still_ms }, Slept { ms; concurrent } when ms > sleep_bound_ms still_ms ->
       let alone_ok = match dev d with Some v -> v.lone_sleep_ok | None -> false in
       if concurrent && alone_ok then
         Some ("TIME-6", spf "sleep ~still_ms:%d returned after %.0f ms while a submit or commit of the device ran (alone it returns in time)" still_ms ms)

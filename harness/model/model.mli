@@ -122,6 +122,11 @@ val next_state : state -> step -> answer -> state
     [st] (before the step), as (clause, what was seen). *)
 val postcond : state -> step -> answer -> (string * string) option
 
+(** The longest a sleep on the word as it reads may take and be in time
+    (TIME-4), and a sleep on a value it does not read (TIME-3). *)
+val sleep_bound_ms : int -> float
+val other_bound_ms : int -> float
+
 (** What the executor needs from the state. *)
 val dev_last : state -> sym -> int
 (** The last value given to a device's submit (0 before any). *)

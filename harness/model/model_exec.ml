@@ -160,7 +160,7 @@ module Make (P : Rig_edge.Package) = struct
     let r = try Ok (Prim.masked (fun () -> D.sleep kd.d ~seen ~still_ms)) with e -> Error e in
     let ms = (now () -. t0) *. 1000. in
     let concurrent = busy || Atomic.get q.inflight > 0 || Atomic.get q.started <> started in
-    let late = match what with Current -> ms > float_of_int still_ms +. 2000. | Other -> ms > float_of_int still_ms /. 2. in
+    let late = match what with Current -> ms > sleep_bound_ms still_ms | Other -> ms > other_bound_ms still_ms in
     match r with
     | Ok () when late && tries > 1 -> (
         match sleep ~tries:(tries - 1) kd q ~seen:what ~still_ms with
