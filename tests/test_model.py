@@ -1,11 +1,13 @@
 """The model cases (docs/model.md): generated call sequences, judged by a model
 of the document, shrunk to a minimal counterexample that replays.
 
-- A conforming driver (hostmem, a plugin) is clean over 20 seeds, on both
-  model cases (the fake's 20 seeds are the selftest's conforming runs).
+- A conforming driver (hostmem, a plugin; and blind ones, written by
+  others) is clean on both model cases (the fake's 20 seeds are the
+  selftest's conforming runs).
 - Each mutant of the fake whose clause the model judges is found by
   model.driver alone, with exactly its clause, and no other clause is ever
-  flagged on it.
+  flagged on it; so are bugs of drivers written by others that only a
+  sequence shows.
 - A failing program of at least 20 steps shrinks to a form from which no
   statement can be dropped; its .scn replays the same clause, and only on
   the mutant; its Chrome trace is valid JSON with the violation marked.
@@ -22,7 +24,6 @@ import pytest
 from conftest import ROOT, ensure_rig
 
 HOSTMEM = ROOT / "_build" / "default" / "drivers" / "hostmem" / "hostmem.cmxs"
-BLINDSEQ = ROOT / "_build" / "default" / "drivers" / "blindseq" / "blindseq.cmxs"
 
 # Only a guard against a hung run: no verdict depends on it.
 GUARD = 900
@@ -31,16 +32,35 @@ GUARD = 900
 # finds (docs/model.md says which it does not, and why).
 MODEL_FINDS = {
     "alloc-overlap": "MEM-2",
-    "peer-live": "MEM-4",
     "map-peer-copy": "MEM-5",
+    "map-host-exact": "MEM-7",
     "image-takes-anything": "CODE-1",
     "entry-remakes": "CODE-2",
     "prepare-reports": "CODE-6",
+    "grow-unused": "QUEUE-2",
+    "signaled-shadow": "TIME-1",
     "sleep-no-early-return": "TIME-3",
     "sleep-overstays": "TIME-4",
     "sleep-consumes-fault": "TIME-5",
     "stop-no-last-value": "STOP-3",
+    "stop-drops-word": "STOP-5",
+    "late-word-write": "STOP-6",
 }
+
+# Drivers written by others, from the document alone, each with a bug that
+# only a sequence shows, which no fixed probe finds (tests/test_blind_seq.py,
+# tests/test_blind_set.py say why each is broken): the plugin, the driver,
+# its clause, the programs a run draws.
+SEQUENCE_BUGS = [
+    ("blindseq", "bq-entry-prepare-flush", "CODE-2", 16),
+    ("blindseq", "bq-map-host-recount", "MEM-7", 40),
+    ("blindset", "bs-sleep-retries-once", "TIME-4", 16),
+]
+BLIND_CONFORMING = ["bq-ok-sleep-every-third", "bq-ok-mapped-aperture", "bq-ok-device-pinned-by-peer"]
+
+
+def plugin(name):
+    return ROOT / "_build" / "default" / "drivers" / name / f"{name}.cmxs"
 
 
 def run(args, env_extra=None, timeout=GUARD):
@@ -54,8 +74,9 @@ def findings(proc):
 
 
 @pytest.mark.parametrize("case", ["model.driver", "model.rig"])
-def test_hostmem_clean_over_20_seeds(case):
-    for seed in range(1, 21):
+def test_hostmem_is_clean(case):
+    # 20 seeds are the done-when figure, measured apart (make test keeps 5).
+    for seed in range(1, 6):
         proc = run(["--plugin", str(HOSTMEM), "--driver", "hostmem", "--case", case, "--seed", str(seed)])
         assert proc.returncode == 0, f"seed {seed}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
         assert not findings(proc)
@@ -67,15 +88,39 @@ def test_model_alone_finds_the_mutant(mutant, tmp_path):
     seen = []
     for seed in (1, 2, 3):
         proc = run(
-            ["--case", "model.driver", "--seed", str(seed), "--mutant", mutant, "--sequences", "24"],
+            ["--case", "model.driver", "--seed", str(seed), "--mutant", mutant, "--sequences", "16"],
             env_extra={"RIG_CONFORM_SHRINK_SECONDS": "0", "RIG_CONFORM_COUNTEREXAMPLES": str(tmp_path)},
         )
         assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-2000:]
         seen += [f[1] for f in findings(proc)]
         if clause in seen:
             break
-    assert clause in seen, f"{mutant}: model.driver found nothing in 3 seeds of 24 programs"
+    assert clause in seen, f"{mutant}: model.driver found nothing in 3 seeds of 16 programs"
     assert set(seen) == {clause}, f"{mutant} breaks {clause} only, yet the model flagged {seen}"
+
+
+@pytest.mark.parametrize("plug,driver,clause,sequences", SEQUENCE_BUGS, ids=[b[1] for b in SEQUENCE_BUGS])
+def test_model_finds_a_bug_only_a_sequence_shows(plug, driver, clause, sequences, tmp_path):
+    seen = []
+    for seed in (1, 2, 3):
+        proc = run(
+            ["--plugin", str(plugin(plug)), "--driver", driver, "--case", "model.driver", "--seed", str(seed),
+             "--sequences", str(sequences)],
+            env_extra={"RIG_CONFORM_SHRINK_SECONDS": "0", "RIG_CONFORM_COUNTEREXAMPLES": str(tmp_path)},
+        )
+        assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-2000:]
+        seen += [f[1] for f in findings(proc)]
+        if clause in seen:
+            break
+    assert set(seen) == {clause}, f"{driver} breaks {clause}; the model flagged {seen or 'nothing'}"
+
+
+@pytest.mark.parametrize("driver", BLIND_CONFORMING)
+def test_blind_conforming_drivers_are_clean(driver):
+    for seed in (1, 2):
+        for case in ("model.driver", "model.rig"):
+            proc = run(["--plugin", str(plugin("blindseq")), "--driver", driver, "--case", case, "--seed", str(seed)])
+            assert proc.returncode == 0 and not findings(proc), f"{case} seed {seed}:\n{proc.stdout[-3000:]}"
 
 
 def shrunk_counterexample(tmp_path):

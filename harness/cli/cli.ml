@@ -90,7 +90,7 @@ Options:
                     async@/wait@), runs each point in turn in this process, each output after
                     a line POINT<TAB>F:N:K: how the sweep's children run a batch
   --sequences N     (certify, run) programs each run of a model.* case draws and runs
-                    (default 8, fewer on a driver so slow that they take over 60 s; given,
+                    (default 8, fewer on a driver so slow that they take over 45 s; given,
                     all N run: raise --timeout with it; at most 100000)
   --scenario FILE   (run) the scenario file to run
   --no-sweep        (certify) skip the systematic fault-injection sweep

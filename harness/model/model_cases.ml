@@ -42,7 +42,11 @@ let shrink_seconds () =
    with the shrinking's 30 s, a run stays well inside the certifier's
    120-s floor of a case's limit on a slow driver.  How many ran is said
    on stdout. *)
-let drawing_seconds = 60.
+let drawing_seconds = 45.
+
+(* The whole run stays under this (the certifier's floor of a case's limit
+   is 120 s): shrinking gets what is left, at most its own bound. *)
+let run_seconds = 95.
 
 (* The stop clauses are judged through signaled: they hold only if
    signaled reads the word.  Before one is reported, TIME-1's probe checks
@@ -85,7 +89,10 @@ let driver_case =
                   f.detail v.clause i v.detail ]
         | None, Some v ->
             let fails p = match (E.run p).violation with Some w -> w.clause = v.clause | None -> false in
-            let small, runs = Model_shrink.shrink ~fails ~budget ~seconds:(shrink_seconds ()) program in
+            let small, runs = Model_shrink.shrink ~fails ~budget
+                ~seconds:(Float.min (shrink_seconds ()) (Float.max 0. (run_seconds -. (Unix.gettimeofday () -. t0))))
+                program
+            in
             let so = E.run small in
             let small, so = if so.violation <> None then (small, so) else (program, o) in
             (* the steps the last run skipped did nothing: without them, and

@@ -19,7 +19,8 @@ val default_sequences : int
 val sequences : unit -> int
 
 (** Without [RIG_CONFORM_SEQUENCES], a run draws no new program once this
-    many seconds have gone by (a slow driver runs fewer programs). *)
+    many seconds have gone by (a slow driver runs fewer programs), and
+    shrinking stops in time for the run to end within 95 s. *)
 val drawing_seconds : float
 
 (** Phases per program. *)

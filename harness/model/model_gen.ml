@@ -179,11 +179,16 @@ let follow_ups rng st { id; cmd } =
   let size r = Option.value (region_size st r) ~default:4 in
   match cmd with
   | Alloc { size = n; _ } when int 2 = 0 -> [ (fun _ -> Write { reg = id; off = 0; bytes = bytes rng (min n 64) }) ]
-  | Submit { dev; commit = true; _ } when int 5 < 3 -> [ (fun sub -> Wait { dev; sub }) ]
   | Close { dev; _ } when int 2 = 0 -> (match opener_of st dev with Some o -> [ (fun _ -> Open o) ] | None -> [])
-  | Submit { dev; commit = true; parts } when int 5 = 0 && List.exists (function Launch _ -> true | _ -> false) parts ->
-      (* stopped with its work running *)
-      [ (fun _ -> Close { dev; drain = false }) ]
+  | Submit { dev; commit = true; parts } -> (
+      let launch = List.find_opt (function Launch _ -> true | Fill _ -> false) parts in
+      match (int 10, launch) with
+      | (0 | 1 | 2 | 3 | 4 | 5), _ -> [ (fun sub -> Wait { dev; sub }) ]
+      | (6 | 7), Some (Launch l) ->
+          (* stopped with its work running, and more given to submit after
+             it, so that the last value is not the running work's *)
+          [ (fun _ -> Submit { dev; parts = [ Launch { l with ms = 1 } ]; commit = false }); (fun _ -> Close { dev; drain = false }) ]
+      | _ -> [])
   | Entry { img; role = Fault_fn } when int 4 < 3 -> (
       match image_device st img with
       | Some dev ->
