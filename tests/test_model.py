@@ -66,7 +66,9 @@ def plugin(name):
 def run(args, env_extra=None, timeout=GUARD):
     env = dict(os.environ)
     env.update(env_extra or {})
-    return subprocess.run([ensure_rig(), "run", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [ensure_rig(), "run", *args], cwd=ROOT, capture_output=True, text=True, errors="replace", timeout=timeout, env=env
+    )
 
 
 def findings(proc):

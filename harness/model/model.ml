@@ -380,7 +380,9 @@ let next_state st { id; cmd } answer =
       match region_device st reg with Some d -> lost_on st d a | None -> st)
   | Entry { img; role }, Entry_answer a ->
       let st = { st with ents = IM.add id { eimg = img; erole = role; eanswer = a } st.ents } in
-      { st with entries_seen = IM.add (img_role img role) a st.entries_seen }
+      (* the prepares of f before this entry are answered by it *)
+      let imgs = match find st.imgs img with Some i -> IM.add img { i with prepared = List.filter (( <> ) role) i.prepared } st.imgs | None -> st.imgs in
+      { st with imgs; entries_seen = IM.add (img_role img role) a st.entries_seen }
   | Prepare { img; role }, Made -> (
       match find st.imgs img with
       | Some i -> { st with imgs = IM.add img { i with prepared = role :: i.prepared } st.imgs }
@@ -431,6 +433,22 @@ let next_state st { id; cmd } answer =
 
 (* ------------------------------------------------------------ postcond *)
 
+(* Bytes as a string of the scenario language, every byte outside printable
+   ASCII as \xHH: what a read saw stays readable, and valid UTF-8. *)
+let show_bytes s =
+  let b = Buffer.create (String.length s + 2) in
+  Buffer.add_char b '"';
+  String.iter
+    (fun c ->
+      match c with
+      | '"' -> Buffer.add_string b "\\\""
+      | '\\' -> Buffer.add_string b "\\\\"
+      | ' ' .. '~' -> Buffer.add_char b c
+      | c -> Buffer.add_string b (Printf.sprintf "\\x%02x" (Char.code c)))
+    s;
+  Buffer.add_char b '"';
+  Buffer.contents b
+
 let string_of_role = function Spin -> "spin" | Fault_fn -> "fault" | Hang_fn -> "hang" | Absent_fn -> "absent"
 let string_of_memory = function Rig_edge.Device -> "device" | Mapped -> "mapped" | Pinned -> "pinned"
 let show_entry = function `Entry h -> spf "Entry 0x%Lx" h | `Absent -> "Absent" | `No_memory n -> spf "No_memory %d" n
@@ -439,7 +457,7 @@ let string_of_answer = function
   | Made -> "ok"
   | Nothing -> "None"
   | Refused why -> spf "Error %S" why
-  | Bytes { got; _ } -> Scenario_syntax.string_of_arg (Scenario_syntax.Str got)
+  | Bytes { got; _ } -> show_bytes got
   | Unreachable -> "no reach"
   | Entry_answer a -> show_entry a
   | Submitted { value; growths } -> spf "value %d%s" value (if growths > 0 then spf ", %d growth(s)" growths else "")
@@ -553,6 +571,10 @@ let postcond st { cmd; _ } answer =
       let earlier = find st.entries_seen (img_role img role) in
       let clause = if prepared then "CODE-6" else "CODE-2" in
       match (earlier, a) with
+      | Some _, _ when prepared ->
+          (* a prepare of an f that has an entry must start nothing (CODE-7):
+             what the next entry answers then is not judged here *)
+          None
       | Some (`Entry h0), `Entry h when h <> h0 ->
           (* a second call for f must make nothing new: a new handle is something new *)
           Some (clause, spf "a second entry for the %s function answers a new handle 0x%Lx (the first was 0x%Lx)" (string_of_role role) h h0)

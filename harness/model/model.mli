@@ -159,6 +159,10 @@ val opener_of : state -> sym -> int option
 (** The bytes a Write of a phase's step may put: none pending under them. *)
 val known_bytes : state -> sym -> int -> int -> char option array
 
+(** [show_bytes s]: [s] as a string of the scenario language, each byte
+    outside printable ASCII as [\xHH]. *)
+val show_bytes : string -> string
+
 (** Kinds, for display. *)
 val string_of_role : role -> string
 val string_of_memory : memory -> string

@@ -89,6 +89,9 @@ let driver_case =
                   f.detail v.clause i v.detail ]
         | None, Some v ->
             let fails p = match (E.run p).violation with Some w -> w.clause = v.clause | None -> false in
+            (* nothing after the violating phase ran: those go first, for free *)
+            let upto = match List.find_opt (fun (e : Model_exec.event) -> e.step.id = v.at) o.events with Some e -> e.phase | None -> max_int in
+            let program = List.filteri (fun k _ -> k <= upto) program in
             let small, runs = Model_shrink.shrink ~fails ~budget
                 ~seconds:(Float.min (shrink_seconds ()) (Float.max 0. (run_seconds -. (Unix.gettimeofday () -. t0))))
                 program

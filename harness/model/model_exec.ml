@@ -139,7 +139,10 @@ module Make (P : Rig_edge.Package) = struct
       (* idle, the word had to read the last value as stop returned: no use waiting *)
       let remaining = int_of_float (Float.max 0. (q.busy_until -. now ()) *. 1000.) in
       let w = if word_after_stop = kd.last || idle then word_after_stop else poll kd ~ms:(remaining + 1000) (fun w -> w = kd.last) in
-      if w <> kd.last then Closed { idle; stop_ms; word_after_stop; settled = None; late = None }
+      if w <> kd.last then begin
+        K.leave s kd;
+        Closed { idle; stop_ms; word_after_stop; settled = None; late = None }
+      end
       else begin
         (* the word passes on once it reads the last value: nothing may land after *)
         (* until the work submitted so far would have ended, and a little more *)

@@ -4,7 +4,7 @@ open Model
 open Model_exec
 
 let spf = Printf.sprintf
-let str s = Scenario_syntax.string_of_arg (Scenario_syntax.Str s)
+let str = Model.show_bytes
 
 let statement { id; cmd } =
   match cmd with

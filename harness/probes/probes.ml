@@ -355,6 +355,14 @@ module Kit (P : Package) = struct
     List.iter (fun r -> if r.owner = dev.id then try release r with _ -> ()) s.undo;
     free_word dev
 
+  (* [leave s dev]: [dev]'s word never read the last value after stop, so
+     rig frees nothing of it: neither does the session's end (its memory
+     and the host pages it may reach are kept). *)
+  let leave s dev =
+    dev.word_freed <- true;
+    List.iter (fun r -> if r.owner = dev.id then r.live <- false) s.undo;
+    leaked_hosts := s.hosts @ !leaked_hosts
+
   let finish s =
     let everything_freed =
       try

@@ -123,6 +123,10 @@ module Kit (P : Rig_edge.Package) : sig
   val settled : dev -> ms:int -> bool
   val release_dev : session -> dev -> unit
 
+  (** [leave s dev]: after a stop whose word never read the last value,
+      nothing of [dev] is freed, by the caller or at the session's end. *)
+  val leave : session -> dev -> unit
+
   (** A region both the host and the device reach, read and written from
       the host side. *)
   type witness = { wreg : reg; wread : off:int -> len:int -> string; wwrite : off:int -> string -> unit }
