@@ -11,6 +11,10 @@ let rig_program p =
   let keep s =
     match s.cmd with
     | Sleep _ | Signaled _ | Peer _ | Commit _ -> None
+    (* no fault launches: a rig mutant that mishandles one call then breaks
+       a second clause through the Fault (STOP-1 after CNT-2's
+       uncounted-sleep), and a mutant must show as its own clause only *)
+    | Entry { role = Fault_fn; _ } -> None
     | Submit sub -> Some { s with cmd = Submit { sub with commit = true } }
     | Close c -> Some { s with cmd = Close { c with drain = true } }
     | _ -> Some s
@@ -96,6 +100,10 @@ module Run (P : Rig_edge.Package) = struct
     | Rig.Device_lost why -> Faulted why
     | Rig.Out_of_memory n -> Raised (Printf.sprintf "Out_of_memory %d" n)
     | Invalid_argument why -> Raised ("Invalid_argument " ^ why)
+    | Validate.Abandoned _ as e -> raise e
+    (* a rig that lets a driver's exception through (a mutant of the
+       reference rig): what the validation layer saw is the finding *)
+    | e -> Raised (Printexc.to_string e)
 
   let run program =
     Hashtbl.reset env;
