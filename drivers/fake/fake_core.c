@@ -1102,6 +1102,11 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
     struct timespec cap = deadline_in(FAKE_CAP_MS);
     while (d->committing && !d->stopping && !passed(&cap)) wait_until(d, &cap);
   }
+  if (mutant(d, FAKE_M_SLEEP_SETTLES)) {
+    /* Lets completions settle before it looks at the word. */
+    struct timespec settle = deadline_in(still_ms < 50 ? still_ms : 50);
+    while (!d->stopping && !passed(&settle)) wait_until(d, &settle);
+  }
   for (;;) {
     if (d->faulted && !(mutant(d, FAKE_M_SLEEP_CONSUMES_FAULT) && d->fault_reported)) {
       d->fault_reported = 1;

@@ -4,6 +4,9 @@ open Rig_edge
 open Probes
 
 (* TIME-3: sleep returns at once when the word already differs from seen. *)
+let time3_batch = 10
+let time3_floor_ms = 20.
+
 let time3_early_return (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"TIME-3" ~seed (fun s ->
@@ -14,14 +17,43 @@ let time3_early_return (module P : Package) ~seed =
         ignore (K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill")
       done;
       let w = P.D.signaled dev.d in
+      let slow = ref false in
       List.iter
         (fun seen ->
-          let outcome, ms = K.timed_sleep s dev ~seen ~still_ms:2000 ~bound_ms:9000 in
-          match outcome with
-          | K.Returned | K.Faulted _ | K.Other _ ->
-              if ms > 1000. then
-                K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms instead of returning at once" w seen ms)
-        [ w - 1; w + 1 + K.int s 5 ])
+          if not !slow then
+            let outcome, ms = K.timed_sleep s dev ~seen ~still_ms:2000 ~bound_ms:9000 in
+            match outcome with
+            | K.Returned | K.Faulted _ | K.Other _ ->
+                if ms > 1000. then begin
+                  slow := true;
+                  K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms instead of returning at once" w seen ms
+                end)
+        [ w - 1; w + 1 + K.int s 5 ];
+      (* "Immediately": a short wait before the check (to let completions
+         coalesce, say) does not show against a 1 s margin.  A sleep whose
+         word already differs only reads it, so the fastest of a batch of
+         such calls takes well under a millisecond even on a loaded
+         machine; the fastest of each of two batches over
+         [time3_floor_ms] is a wait. *)
+      if not !slow then begin
+        let fastest () =
+          let best = ref infinity in
+          for k = 1 to time3_batch do
+            let seen = if k land 1 = 0 then w - 1 else w + 1 + K.int s 5 in
+            let _, ms = K.timed_sleep s dev ~seen ~still_ms:(500 + K.int s 1500) ~bound_ms:9000 in
+            if ms < !best then best := ms
+          done;
+          !best
+        in
+        let a = fastest () in
+        if a > time3_floor_ms then begin
+          let b = fastest () in
+          if b > time3_floor_ms then
+            K.flag s
+              "with the word at %d, sleep with seen other than %d never returned at once: the fastest of %d calls took %.0f ms, of %d more %.0f ms"
+              w w time3_batch a time3_batch b
+        end
+      end)
 
 (* How late past still_ms a sleep may return on a loaded machine (TIME-4,
    TIME-6). *)
