@@ -1107,6 +1107,7 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
     struct timespec settle = deadline_in(still_ms < 50 ? still_ms : 50);
     while (!d->stopping && !passed(&settle)) wait_until(d, &settle);
   }
+  int again = mutant(d, FAKE_M_SLEEP_WAITS_TWICE);
   for (;;) {
     if (d->faulted && !(mutant(d, FAKE_M_SLEEP_CONSUMES_FAULT) && d->fault_reported)) {
       d->fault_reported = 1;
@@ -1115,6 +1116,11 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
     }
     int moved = fake_dev_word(d) != seen;
     if (moved && !mutant(d, FAKE_M_SLEEP_NO_EARLY_RETURN)) break;
+    if (passed(&t) && again) {
+      /* Nothing came in still_ms: tries once more. */
+      again = 0;
+      t = deadline_in(still_ms);
+    }
     if (passed(&t) || d->stopping) break;
     wait_until(d, &t);
   }

@@ -48,6 +48,7 @@ let mutant_table =
     ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
     ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
     ("sleep-settles", "TIME-3", "sleep first waits 50 ms (for completions to settle), also when the word already differs", 60);
+    ("sleep-waits-twice", "TIME-4", "a sleep that saw no change in still_ms waits still_ms once more", 61);
     ("sleep-consumes-fault", "TIME-5", "only the first sleep after a fault raises Fault", 14);
     ("stop-waits", "STOP-2", "stop waits for the running work to finish (3000 ms cap)", 15);
     ("stop-drains-briefly", "STOP-2", "stop waits for the running work to finish, 1000 ms at most", 54);
