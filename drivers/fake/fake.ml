@@ -449,6 +449,9 @@ let open_device slot =
   Gc.finalise_last (note_unstopped ~name:t.name ~id:t.id ~mut stopped) t;
   t
 
+(* The make-records-unmasked mutant's table of opens. *)
+let opened_log : string list ref = ref []
+
 let openers () =
   public "openers" @@ fun () ->
   Array.to_list
@@ -463,7 +466,15 @@ let openers () =
                  Weak.set newest slot (Some t);
                  t
                in
-               if Atomic.get mutant = m_make_in_lock then P.masked body else public (name ^ ".make") body);
+               if Atomic.get mutant = m_make_in_lock then P.masked body
+               else if Atomic.get mutant = m_make_records_unmasked then begin
+                 (* The open is masked; its record in the table is not. *)
+                 let t = public (name ^ ".make") (fun () -> open_device slot) in
+                 opened_log := Printf.sprintf "%s opened as device %d" name slot :: !opened_log;
+                 Weak.set newest slot (Some t);
+                 t
+               end
+               else public (name ^ ".make") body);
          })
        names)
 

@@ -73,6 +73,7 @@ let mutant_table =
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
     ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
     ("public-unmasked", "SIG-6", "its functions that start with the check of rig_holds () leave signals as the caller had them", 39);
+    ("make-records-unmasked", "SIG-6", "an opener's make records the device it opened in a table after its masked block, with signals unblocked", 46);
     ("masks-by-hand", "SIG-9", "its functions block signals with Thread.sigmask, not through Rig_edge_primitives", 40);
     ("locate-waits", "LOCK-6", "locate enters a wait (for the device's channel) before it answers", 41);
     ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
@@ -114,6 +115,7 @@ let m_sleep_keeps_runtime = 36
 let m_lock_order_inversion = 38
 let m_public_unmasked = 39
 let m_masks_by_hand = 40
+let m_make_records_unmasked = 46
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43
