@@ -34,6 +34,7 @@ let mutant_table =
     ("alloc-overlap", "MEM-2", "every second alloc aliases the previous region's memory", 1);
     ("peer-live", "MEM-4", "peer answers false once either device is stopped or faulted", 2);
     ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
+    ("map-peer-one-window", "MEM-5", "a map_peer unmaps the device's previous map_peer mapping (which keeps a copy), not yet freed", 62);
     ("map-host-exact", "MEM-7", "map_host maps exactly n bytes, not the whole pages", 4);
     ("dma-vague", "MEM-8", "dma's Error for a malformed bus address does not name it", 5);
     ("image-takes-anything", "CODE-1", "image takes a binary without its header as empty", 6);
