@@ -452,7 +452,18 @@ let open_device slot =
 (* The make-records-unmasked mutant's table of opens. *)
 let opened_log : string list ref = ref []
 
-let openers () =
+(* The openers-cached mutant's list, from the first call. *)
+let openers_cache = Atomic.make None
+
+let rec openers () =
+  match Atomic.get openers_cache with
+  | Some os when Atomic.get mutant = m_openers_cached -> os
+  | _ ->
+      let os = openers_fresh () in
+      if Atomic.get mutant = m_openers_cached then Atomic.set openers_cache (Some os);
+      os
+
+and openers_fresh () =
   public "openers" @@ fun () ->
   Array.to_list
     (Array.mapi

@@ -68,6 +68,7 @@ let mutant_table =
     ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
     ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
     ("signaled-busy", "LOCK-9", "signaled raises while an alloc is running (a device channel it shares, no lock)", 33);
+    ("openers-cached", "LOCK-4", "the capability keeps its list from the first call and answers later calls from it without the check of rig_holds ()", 47);
     ("make-in-lock", "LOCK-4", "an opener's make opens a device also when called inside a lock", 34);
     ("sleep-unmasks", "SIG-2", "sleep unblocks every signal for its whole run, not only around its wait", 35);
     ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
@@ -117,6 +118,7 @@ let m_lock_order_inversion = 38
 let m_public_unmasked = 39
 let m_masks_by_hand = 40
 let m_make_records_unmasked = 46
+let m_openers_cached = 47
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

@@ -111,13 +111,19 @@ module Probe (Pk : Rig_edge.Package) = struct
     let acc = ref [] in
     let lock = P.Lock.create "prober" in
     let in_lock f = P.Lock.protect lock (fun () -> P.masked f) in
-    (match in_lock Pk.openers with
-    | _ -> acc := finding "LOCK-4" "the capability (openers) called inside a lock returned instead of raising Invalid_argument" :: !acc
-    | exception Invalid_argument _ -> ()
-    | exception e ->
-        acc := finding "LOCK-4" "the capability (openers) called inside a lock raised %s, not Invalid_argument" (Printexc.to_string e) :: !acc);
+    let openers_in_lock when_ =
+      match in_lock Pk.openers with
+      | _ -> acc := finding "LOCK-4" "the capability (openers) called inside a lock%s returned instead of raising Invalid_argument" when_ :: !acc
+      | exception Invalid_argument _ -> ()
+      | exception e ->
+          acc := finding "LOCK-4" "the capability (openers) called inside a lock%s raised %s, not Invalid_argument" when_ (Printexc.to_string e) :: !acc
+    in
+    openers_in_lock "";
     let os = openers () in
     if os = [] then raise (Skip "the driver has no device");
+    (* Every call starts with the check, not only the first (a capability
+       that keeps its list from an earlier call, say). *)
+    openers_in_lock ", after a call outside it had answered,";
     List.iter
       (fun (o : D.t Rig_edge.opener) ->
         let before = tasks () in
