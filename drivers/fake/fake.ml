@@ -352,7 +352,12 @@ module D = struct
         loaded i "prepare";
         match List.assoc_opt f i.fns with
         | None -> if i.on.mut = m_prepare_reports then raise Not_found
-        | Some k -> c_prepare i.iptr k)
+        | Some k ->
+            if i.on.mut = m_prepare_reports_oom then begin
+              (* Makes the entry at once, and says when memory is short. *)
+              if c_entry i.iptr k = -2 then failwith (Printf.sprintf "fake: prepare %s: no memory for its scratch" f)
+            end
+            else c_prepare i.iptr k)
 
   let grow t =
     counted t "grow" ~answer:(fun () -> E.Short 64) (fun () -> match c_grow t.dev with 0 -> E.Grown | n -> E.Short n)

@@ -45,6 +45,7 @@ let mutant_table =
       "entry answers No_memory instead of Invalid_argument for more than the device has",
       9 );
     ("prepare-reports", "CODE-6", "prepare of an absent function raises Not_found", 10);
+    ("prepare-reports-oom", "CODE-6", "prepare raises Failure when the entry it makes finds no memory for the function's scratch", 48);
     ("prepare-restarts", "CODE-7", "prepare of an f with an entry makes (and leaks) its scratch again", 11);
     ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
     ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
@@ -119,6 +120,7 @@ let m_public_unmasked = 39
 let m_masks_by_hand = 40
 let m_make_records_unmasked = 46
 let m_openers_cached = 47
+let m_prepare_reports_oom = 48
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43
