@@ -367,6 +367,7 @@ module D = struct
     ignore (injected "signaled");
     if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0
     else if t.mut = m_signaled_shadow then Atomic.get t.shadow
+    else if t.mut = m_signaled_low_word then c_word t.dev land 0xFFFF_FFFF
     else if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock (fun () -> c_word t.dev)
     else if t.mut = m_signaled_busy && Atomic.get alloc_busy > 0 then failwith "fake: signaled while the channel is busy"
     else c_word t.dev

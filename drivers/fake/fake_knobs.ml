@@ -62,6 +62,7 @@ let mutant_table =
     ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
     ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
     ("grow-writes-queue", "QUEUE-1", "grow puts the slots it makes straight into the pool room reads", 24);
+    ("signaled-low-word", "TIME-1", "signaled answers the word's low 32 bits", 49);
     ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
     ("sleep-awaits-commit", "TIME-6", "sleep first waits until no commit of the device runs (3000 ms cap)", 45);
     (* OCaml side only (fake_core.c ignores these codes): the locks of alloc. *)
@@ -121,6 +122,7 @@ let m_masks_by_hand = 40
 let m_make_records_unmasked = 46
 let m_openers_cached = 47
 let m_prepare_reports_oom = 48
+let m_signaled_low_word = 49
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

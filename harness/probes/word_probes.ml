@@ -65,7 +65,10 @@ module Probe (Pk : Rig_edge.Package) = struct
             in
             let byte = 1 + (seed mod 250) in
             let found = show ~value:1 ~byte in
-            let last = 1 in
+            (* Values are 64-bit and increase per device: the next one at
+               2^32 or more, which a word read through 32 bits loses. *)
+            let last = if found = [] then (1 lsl 32) + 1 + (seed mod 1000) else 1 in
+            let found = if found = [] then show ~value:last ~byte:(1 + (byte mod 250)) else found in
             P.masked (fun () -> D.stop d ~fault:None);
             let rec settle k = if k > 0 && D.signaled d < last then (Thread.delay 0.002; settle (k - 1)) in
             settle 1000;
