@@ -163,6 +163,9 @@ let wait_dropping_lock wait =
 let memory_lock = P.Lock.create "fake.memory"
 let queue_lock = P.Lock.create "fake.queue"
 
+(* The threads inside alloc (the alloc-not-reentrant mutant). *)
+let alloc_threads : int list Atomic.t = Atomic.make []
+
 let alloc_guard t f =
   if t.mut = m_unlock_by_hand then begin
     (* ASYNC-2: given back after the call, not in a handler. *)
@@ -196,6 +199,14 @@ let alloc_guard t f =
        other way round (free_guard). *)
     P.Lock.protect memory_lock (fun () -> P.Lock.protect queue_lock f)
   else if t.mut = m_lock_uncounted then Mutex.protect alloc_mutex f
+  else if t.mut = m_alloc_not_reentrant then begin
+    (* LOCK-9: no lock, but a thread already inside alloc is refused. *)
+    let me = Thread.id (Thread.self ()) in
+    if List.mem me (Atomic.get alloc_threads) then failwith "fake: alloc entered again on a thread inside it";
+    let rec edit g = let l = Atomic.get alloc_threads in if not (Atomic.compare_and_set alloc_threads l (g l)) then edit g in
+    edit (List.cons me);
+    Fun.protect ~finally:(fun () -> edit (List.filter (( <> ) me))) f
+  end
   else f ()
 
 let free_guard t f =

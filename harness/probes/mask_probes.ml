@@ -275,6 +275,8 @@ module Counted (Pk : Rig_edge.Package) = struct
       let hook () =
         if P.holds () = 0 then begin
           incr tried;
+          let takes () = P.activity () - P.waits () in
+          let t0 = takes () in
           match D.alloc d Rig_edge.Device 4 with
           | Some r -> ( try D.free d r with _ -> ())
           | None -> ()
@@ -282,7 +284,16 @@ module Counted (Pk : Rig_edge.Package) = struct
               findings :=
                 finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, alloc on the same device raised Sys_error %S: the thread held a lock of the driver's it had not counted" name why
                 :: !findings
-          | exception _ -> ()
+          | exception (D.Fault _ | Invalid_argument _) -> ()
+          | exception e ->
+              (* LOCK-9: "A function that takes no lock may be called from
+                 a callback at any point": this alloc took no counted lock
+                 (before it raised), so it may not refuse the callback. *)
+              if takes () = t0 then
+                findings :=
+                  finding "LOCK-9" "inside %s, at an allocation with rig_holds () = 0, alloc on the same device took no lock and raised %s" name
+                    (Printexc.to_string e)
+                  :: !findings
         end
       in
       let outcome, _, _ = watched ~hook (fun () -> P.masked f) in
@@ -308,7 +319,7 @@ let cases =
     case "probe.LOCK-6.locate-peer-quiet" [ "LOCK-6" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Quiet (Pk) in
         M.run ~seed);
-    case "probe.LOCK-3.locks-counted" [ "LOCK-3" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+    case "probe.LOCK-3.locks-counted" [ "LOCK-3"; "LOCK-9" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Counted (Pk) in
         M.run ~seed);
   ]
