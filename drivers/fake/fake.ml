@@ -166,6 +166,10 @@ let queue_lock = P.Lock.create "fake.queue"
 (* The threads inside alloc (the alloc-not-reentrant mutant). *)
 let alloc_threads : int list Atomic.t = Atomic.make []
 
+(* The signaled-try-lock mutant's statistics, under a counted try-lock. *)
+let stats_mutex = Mutex.create ()
+let signaled_reads = ref 0
+
 let alloc_guard t f =
   if t.mut = m_unlock_by_hand then begin
     (* ASYNC-2: given back after the call, not in a handler. *)
@@ -379,6 +383,16 @@ module D = struct
     if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0
     else if t.mut = m_signaled_shadow then Atomic.get t.shadow
     else if t.mut = m_signaled_low_word then c_word t.dev land 0xFFFF_FFFF
+    else if t.mut = m_signaled_try_lock then begin
+      (* Counts its reads under a lock it only tries, counted (rig_hold). *)
+      P.hold ();
+      if Mutex.try_lock stats_mutex then begin
+        incr signaled_reads;
+        Mutex.unlock stats_mutex
+      end;
+      P.give ();
+      c_word t.dev
+    end
     else if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock (fun () -> c_word t.dev)
     else if t.mut = m_signaled_busy && Atomic.get alloc_busy > 0 then failwith "fake: signaled while the channel is busy"
     else c_word t.dev

@@ -69,6 +69,7 @@ let mutant_table =
     ("unlock-by-hand", "ASYNC-2", "alloc counts and takes a lock by hand and gives it back after the call, not in a handler", 30);
     ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
     ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
+    ("signaled-try-lock", "LOCK-5", "signaled counts its reads under a try-lock of its own (counted with rig_hold; it never blocks)", 64);
     ("alloc-not-reentrant", "LOCK-9", "alloc takes no lock but raises when a thread already inside alloc calls it (from a callback)", 63);
     ("signaled-busy", "LOCK-9", "signaled raises while an alloc is running (a device channel it shares, no lock)", 33);
     ("openers-cached", "LOCK-4", "the capability keeps its list from the first call and answers later calls from it without the check of rig_holds ()", 47);
@@ -125,6 +126,7 @@ let m_openers_cached = 47
 let m_prepare_reports_oom = 48
 let m_signaled_low_word = 49
 let m_alloc_not_reentrant = 63
+let m_signaled_try_lock = 64
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

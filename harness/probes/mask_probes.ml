@@ -236,7 +236,28 @@ module Quiet (Pk : Rig_edge.Package) = struct
         (Option.iter (fun f -> findings := f :: !findings))
         [ measure ""; P.Lock.protect lock (fun () -> measure ", inside a counted lock") ]
     in
+    (* signaled "must take no lock" (LOCK-5): a counted take, even one that
+       never blocks (a try-lock), shows in the primitives' count of takes
+       (activity less waits).  Whether it blocks or raises is TIME-1's. *)
+    let check_signaled state =
+      let measure where =
+        let takes () = P.activity () - P.waits () in
+        let before = takes () and holds = P.holds () in
+        match D.signaled d with
+        | _ ->
+            let n = takes () - before in
+            if n > 0 then Some (finding "LOCK-5" "signaled %s%s took %d counted lock(s)" state where n)
+            else if P.holds () <> holds then
+              Some (finding "LOCK-5" "signaled %s%s left rig_holds at %d, not %d" state where (P.holds ()) holds)
+            else None
+        | exception _ -> None
+      in
+      List.iter
+        (Option.iter (fun f -> findings := f :: !findings))
+        [ measure ""; P.Lock.protect lock (fun () -> measure ", inside a counted lock") ]
+    in
     let probe state =
+      check_signaled state;
       check state "locate" (fun () -> ignore (D.locate d r));
       List.iter (fun d' -> if d' != d then check state "peer" (fun () -> ignore (D.peer d d'))) devices
     in
@@ -316,7 +337,7 @@ let cases =
     case "probe.SIG-7.finalisers-shielded" [ "SIG-7" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Finalisers (Pk) in
         M.run ~seed);
-    case "probe.LOCK-6.locate-peer-quiet" [ "LOCK-6" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+    case "probe.LOCK-6.locate-peer-quiet" [ "LOCK-6"; "LOCK-5" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Quiet (Pk) in
         M.run ~seed);
     case "probe.LOCK-3.locks-counted" [ "LOCK-3"; "LOCK-9" ] (fun (module Pk : Rig_edge.Package) ~seed ->
