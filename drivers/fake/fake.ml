@@ -163,8 +163,8 @@ let wait_dropping_lock wait =
 let memory_lock = P.Lock.create "fake.memory"
 let queue_lock = P.Lock.create "fake.queue"
 
-(* The threads inside alloc (the alloc-not-reentrant mutant). *)
-let alloc_threads : int list Atomic.t = Atomic.make []
+(* The threads inside alloc, by thread id (the alloc-not-reentrant mutant). *)
+let alloc_inside = Bytes.make 4096 '\000'
 
 (* The signaled-try-lock mutant's statistics, under a counted try-lock. *)
 let stats_mutex = Mutex.create ()
@@ -204,12 +204,16 @@ let alloc_guard t f =
     P.Lock.protect memory_lock (fun () -> P.Lock.protect queue_lock f)
   else if t.mut = m_lock_uncounted then Mutex.protect alloc_mutex f
   else if t.mut = m_alloc_not_reentrant then begin
-    (* LOCK-9: no lock, but a thread already inside alloc is refused. *)
-    let me = Thread.id (Thread.self ()) in
-    if List.mem me (Atomic.get alloc_threads) then failwith "fake: alloc entered again on a thread inside it";
-    let rec edit g = let l = Atomic.get alloc_threads in if not (Atomic.compare_and_set alloc_threads l (g l)) then edit g in
-    edit (List.cons me);
-    Fun.protect ~finally:(fun () -> edit (List.filter (( <> ) me))) f
+    (* LOCK-9: no lock, but a thread already inside alloc is refused.  The
+       mark is a byte per thread, set and cleared without allocating, so
+       that only the re-entry is refused, not a later call after an
+       asynchronous exception. *)
+    let k = Thread.id (Thread.self ()) land (Bytes.length alloc_inside - 1) in
+    if Bytes.get alloc_inside k = '\001' then failwith "fake: alloc entered again on a thread inside it";
+    Bytes.set alloc_inside k '\001';
+    match f () with
+    | v -> Bytes.set alloc_inside k '\000'; v
+    | exception e -> Bytes.set alloc_inside k '\000'; raise e
   end
   else f ()
 
