@@ -35,6 +35,7 @@ external c_unload : nativeint -> unit = "fake_stub_unload"
 external c_grow : cdev -> int = "fake_stub_grow"
 external c_sleep : cdev -> int -> int -> bool = "fake_stub_sleep"
 external c_sleep_holding : cdev -> int -> int -> bool = "fake_stub_sleep_holding"
+external c_sleep_fault_unblocked : cdev -> int -> int -> bool = "fake_stub_sleep_fault_unblocked"
 external c_fault_reason : cdev -> string = "fake_stub_fault_reason"
 external c_stop : cdev -> unit = "fake_stub_stop"
 external c_inject : int -> int -> int -> string -> unit = "fake_stub_inject"
@@ -406,7 +407,10 @@ module D = struct
     counted t "sleep" ~answer:ignore (fun () ->
         let step = if t.mut = m_sleep_keeps_runtime then c_sleep_holding else c_sleep in
         let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
-        let wait () = P.wait (fun () -> step t.dev seen still_ms) in
+        let wait () =
+          if t.mut = m_sleep_fault_unblocked then c_sleep_fault_unblocked t.dev seen still_ms
+          else P.wait (fun () -> step t.dev seen still_ms)
+        in
         let faulted =
           Fun.protect
             ~finally:(fun () -> Option.iter (fun m -> ignore (Thread.sigmask Unix.SIG_SETMASK m)) unmasked)
