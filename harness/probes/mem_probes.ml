@@ -26,17 +26,27 @@ let mem2_distinct (module P : Package) ~seed =
       let regions = List.rev !regions in
       (* The patterns go in only once every region exists, so that a later
          alloc over an earlier region's memory shows. *)
+      (* A region's own n bytes are this clause's: a write or read of them
+         that raises (a Fault for bytes past the memory alloc made) is a
+         finding here, not a failed setup. *)
       let written =
         List.filter_map
           (fun (label, n, r) ->
             let p = K.pattern s n in
-            if K.write r ~off:0 p then Some (label, n, r, p) else None)
+            match K.write r ~off:0 p with
+            | true -> Some (label, n, r, p)
+            | false -> None
+            | exception e ->
+                K.flag s "a write of the %d bytes of an alloc of %d bytes of %s memory raised %s" n n label (Printexc.to_string e);
+                None)
           regions
       in
       if written = [] then raise (Skip "no region the host can reach");
       List.iteri
         (fun i (label, n, r, p) ->
           match K.read r ~off:0 ~len:n with
+          | exception e ->
+              K.flag s "a read of the %d bytes of region %d (%s) raised %s" n i label (Printexc.to_string e)
           | Some got when got <> p ->
               let j = ref 0 in
               while got.[!j] = p.[!j] do incr j done;
