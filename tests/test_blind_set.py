@@ -161,23 +161,9 @@ CONFORMING = {
 # The certifier's misjudgements: driver -> what it said.  The expectation
 # above stays; the mark comes off once the certifier is fixed.
 MISJUDGED = {
-    'bs-openers-cached': 'missed: LOCK-4 pass (no violation in 1 run(s) of probe.LOCK-4.refused-in-lock) [the probe calls openers once, inside the lock: the cached path is never taken]',
-    'bs-signaled-trylock': 'missed: LOCK-5 pass (no violation in 7 run(s) of async.rig.alloc-rounding, async.rig.entry-invalid, async.rig.fault, async.rig.free...)',
-    'bs-alloc-not-reentrant': 'missed: LOCK-9 pass (no violation in 7 run(s) of async.rig.alloc-rounding, async.rig.entry-invalid, async.rig.fault, async.rig.free...) [under BS_DEBUG, probe.LOCK-3.locks-counted re-enters alloc from a callback twice and alloc raises Failure both times, unflagged]',
     'bs-entry-alloc-after-take': 'missed: ASYNC-2 pass (no violation in 7 run(s) of async.rig.alloc-rounding, async.rig.entry-invalid, async.rig.fault, async.rig.free...) [also with async-sweep: 293 runs, entry:1:async@1 included, pass]',
-    'bs-sleep-raise-unblocked': 'missed: SIG-2 pass (no violation in 1 run(s) of probe.SIG-2.handler-in-waits) [no case faults the device during a sleep: the raise path is never taken]',
-    'bs-make-unmasked': 'missed: SIG-6 pass (no violation in 1 run(s) of probe.own-calls-masked) [BS_DEBUG: the unmasked path runs in that very case]',
-    'bs-alloc-rounds-down': 'MEM-2 failed but so did ASYNC-2, MEM-1, MEM-5, STOP-5: ASYNC-2: after an asynchronous exception at alloc:1:async@1 (allocation 1 of alloc call 1), a later run with nothing injected raised Rig.Device_lost("hostmem: ...; MEM-1: the scenario raised Rig.Device_lost("hostmem: write of a freed region") (case rig.alloc-rounding, seed 1); MEM-5: unexpected exception: Bs_base.D.Fault("hostmem: write of a freed region") (case probe.MEM-5.map-peer-live, seed 1); STOP-5: unexpected exception: Bs_base.D.Fault("hostmem: write of a freed region") (case probe.STOP-5.keeps-word, seed 1) [the other cases hit the short region\'s Fault and blame their own clause]',
-    'bs-peer-window-reused': 'missed: MEM-5 pass (no violation in 2 run(s) of probe.MEM-5.map-peer-live, scn.peer-mapping) [BS_DEBUG: map-peer-live does unmap the previous window]',
-    'bs-entry-too-big-no-memory': "CODE-5 failed but so did ASYNC-2, EXC-2: ASYNC-2: after an asynchronous exception at image:1:async@1 (allocation 1 of image call 1), a later run with nothing injected raised Rig.Out_of_memory(10995116...; EXC-2: the scenario raised Rig.Out_of_memory(1099511627776) (case rig.entry-invalid, seed 1) [rig.entry-invalid expected the Invalid_argument CODE-5 is about; EXC-2 is rig's]",
-    'bs-prepare-reports-oom': 'missed: CODE-6 pass (no violation in 1 run(s) of probe.CODE-6.prepare-silent) [only a prepare of an absent function is tried]',
-    'bs-signaled-32bit': 'missed: TIME-1 pass (no violation in 1 run(s) of probe.TIME-1.signaled-reads-word) [no value of 2^32 or more is given to submit]',
-    'bs-sleep-coalesces': 'missed: TIME-3 pass (no violation in 1 run(s) of probe.TIME-3.early-return) [BS_DEBUG: sleep waited 50 ms with the word already differing]',
-    'bs-sleep-retries-once': 'missed: TIME-4 pass (no violation in 1 run(s) of probe.TIME-4.bounded-sleep) [BS_DEBUG: still_ms 74 returned after 148 ms]',
     'bs-sleep-holds-queue-lock': 'missed: TIME-6 pass (no violation in 1 run(s) of probe.TIME-6.sleep-during-submit) [no submit ever ran while a sleep waited]',
     'bs-stop-forgets-failed-submit': 'missed: STOP-3 pass (no violation in 2 run(s) of probe.STOP-3.running, probe.STOP-3.uncommitted) [no case makes a submit fail before stop]',
-    'bs-ok-mapped-none': 'TIME-1 n/a (expected pass): no Mapped memory to watch work through [rig falls back to Pinned memory where alloc of Mapped is None (GUAR-6)]',
-    'bs-ok-grow-once': 'QUEUE-3 n/a (expected pass): grow needs no Device memory [the probe saw the once-per-submission RIG_GROW answered Grown with nothing missing; a real growth takes Device memory]',
 }
 
 

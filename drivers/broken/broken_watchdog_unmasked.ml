@@ -15,13 +15,15 @@ let openers () =
   List.map
     (fun (o : Hostmem.D.t Rig_edge.opener) ->
       let make () =
-        let d = o.make () in
         (* make returns once its watchdog runs, as drivers that hand work
-           to a thread of their own usually do. *)
-        let started = Event.new_channel () in
-        ignore (Thread.create watchdog (d, started));
-        Event.sync (Event.receive started);
-        d
+           to a thread of their own usually do.  That part, too, runs with
+           the caller's signals blocked (SIG-6: for make's whole run). *)
+        Rig_edge_primitives.masked (fun () ->
+            let d = o.make () in
+            let started = Event.new_channel () in
+            ignore (Thread.create watchdog (d, started));
+            Event.sync (Event.receive started);
+            d)
       in
       { o with make })
     (Hostmem.openers ())

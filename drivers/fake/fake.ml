@@ -35,6 +35,7 @@ external c_unload : nativeint -> unit = "fake_stub_unload"
 external c_grow : cdev -> int = "fake_stub_grow"
 external c_sleep : cdev -> int -> int -> bool = "fake_stub_sleep"
 external c_sleep_holding : cdev -> int -> int -> bool = "fake_stub_sleep_holding"
+external c_sleep_fault_unblocked : cdev -> int -> int -> bool = "fake_stub_sleep_fault_unblocked"
 external c_fault_reason : cdev -> string = "fake_stub_fault_reason"
 external c_stop : cdev -> unit = "fake_stub_stop"
 external c_inject : int -> int -> int -> string -> unit = "fake_stub_inject"
@@ -163,6 +164,13 @@ let wait_dropping_lock wait =
 let memory_lock = P.Lock.create "fake.memory"
 let queue_lock = P.Lock.create "fake.queue"
 
+(* The threads inside alloc, by thread id (the alloc-not-reentrant mutant). *)
+let alloc_inside = Bytes.make 4096 '\000'
+
+(* The signaled-try-lock mutant's statistics, under a counted try-lock. *)
+let stats_mutex = Mutex.create ()
+let signaled_reads = ref 0
+
 let alloc_guard t f =
   if t.mut = m_unlock_by_hand then begin
     (* ASYNC-2: given back after the call, not in a handler. *)
@@ -196,6 +204,18 @@ let alloc_guard t f =
        other way round (free_guard). *)
     P.Lock.protect memory_lock (fun () -> P.Lock.protect queue_lock f)
   else if t.mut = m_lock_uncounted then Mutex.protect alloc_mutex f
+  else if t.mut = m_alloc_not_reentrant then begin
+    (* LOCK-9: no lock, but a thread already inside alloc is refused.  The
+       mark is a byte per thread, set and cleared without allocating, so
+       that only the re-entry is refused, not a later call after an
+       asynchronous exception. *)
+    let k = Thread.id (Thread.self ()) land (Bytes.length alloc_inside - 1) in
+    if Bytes.get alloc_inside k = '\001' then failwith "fake: alloc entered again on a thread inside it";
+    Bytes.set alloc_inside k '\001';
+    match f () with
+    | v -> Bytes.set alloc_inside k '\000'; v
+    | exception e -> Bytes.set alloc_inside k '\000'; raise e
+  end
   else f ()
 
 let free_guard t f =
@@ -352,7 +372,12 @@ module D = struct
         loaded i "prepare";
         match List.assoc_opt f i.fns with
         | None -> if i.on.mut = m_prepare_reports then raise Not_found
-        | Some k -> c_prepare i.iptr k)
+        | Some k ->
+            if i.on.mut = m_prepare_reports_oom then begin
+              (* Makes the entry at once, and says when memory is short. *)
+              if c_entry i.iptr k = -2 then failwith (Printf.sprintf "fake: prepare %s: no memory for its scratch" f)
+            end
+            else c_prepare i.iptr k)
 
   let grow t =
     counted t "grow" ~answer:(fun () -> E.Short 64) (fun () -> match c_grow t.dev with 0 -> E.Grown | n -> E.Short n)
@@ -362,6 +387,17 @@ module D = struct
     ignore (injected "signaled");
     if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0
     else if t.mut = m_signaled_shadow then Atomic.get t.shadow
+    else if t.mut = m_signaled_low_word then c_word t.dev land 0xFFFF_FFFF
+    else if t.mut = m_signaled_try_lock then begin
+      (* Counts its reads under a lock it only tries, counted (rig_hold). *)
+      P.hold ();
+      if Mutex.try_lock stats_mutex then begin
+        incr signaled_reads;
+        Mutex.unlock stats_mutex
+      end;
+      P.give ();
+      c_word t.dev
+    end
     else if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock (fun () -> c_word t.dev)
     else if t.mut = m_signaled_busy && Atomic.get alloc_busy > 0 then failwith "fake: signaled while the channel is busy"
     else c_word t.dev
@@ -371,7 +407,10 @@ module D = struct
     counted t "sleep" ~answer:ignore (fun () ->
         let step = if t.mut = m_sleep_keeps_runtime then c_sleep_holding else c_sleep in
         let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
-        let wait () = P.wait (fun () -> step t.dev seen still_ms) in
+        let wait () =
+          if t.mut = m_sleep_fault_unblocked then c_sleep_fault_unblocked t.dev seen still_ms
+          else P.wait (fun () -> step t.dev seen still_ms)
+        in
         let faulted =
           Fun.protect
             ~finally:(fun () -> Option.iter (fun m -> ignore (Thread.sigmask Unix.SIG_SETMASK m)) unmasked)
@@ -449,7 +488,21 @@ let open_device slot =
   Gc.finalise_last (note_unstopped ~name:t.name ~id:t.id ~mut stopped) t;
   t
 
-let openers () =
+(* The make-records-unmasked mutant's table of opens. *)
+let opened_log : string list ref = ref []
+
+(* The openers-cached mutant's list, from the first call. *)
+let openers_cache = Atomic.make None
+
+let rec openers () =
+  match Atomic.get openers_cache with
+  | Some os when Atomic.get mutant = m_openers_cached -> os
+  | _ ->
+      let os = openers_fresh () in
+      if Atomic.get mutant = m_openers_cached then Atomic.set openers_cache (Some os);
+      os
+
+and openers_fresh () =
   public "openers" @@ fun () ->
   Array.to_list
     (Array.mapi
@@ -463,7 +516,15 @@ let openers () =
                  Weak.set newest slot (Some t);
                  t
                in
-               if Atomic.get mutant = m_make_in_lock then P.masked body else public (name ^ ".make") body);
+               if Atomic.get mutant = m_make_in_lock then P.masked body
+               else if Atomic.get mutant = m_make_records_unmasked then begin
+                 (* The open is masked; its record in the table is not. *)
+                 let t = public (name ^ ".make") (fun () -> open_device slot) in
+                 opened_log := Printf.sprintf "%s opened as device %d" name slot :: !opened_log;
+                 Weak.set newest slot (Some t);
+                 t
+               end
+               else public (name ^ ".make") body);
          })
        names)
 

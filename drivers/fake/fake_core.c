@@ -114,6 +114,7 @@ struct fake_dev {
   uint64_t last_value;
   unsigned long allocs;      /* alloc-overlap mutant */
   struct fake_mem *last_mem; /* alloc-overlap mutant */
+  struct fake_region *peer_window; /* map-peer-one-window mutant: the last map_peer mapping */
   int manual;                    /* no worker thread (fake_debug_manual_worker) */
   struct fake_node *manual_cur;  /* the part fake_debug_work_begin runs */
   uint64_t serial;               /* which open made it: the bus's owner of a function */
@@ -468,6 +469,20 @@ struct fake_region *fake_map_peer(struct fake_dev *d, struct fake_region *r) {
   }
   dev_lock(d);
   table_add(d, p);
+  if (mutant(d, FAKE_M_MAP_PEER_ONE_WINDOW)) {
+    /* One peer window per device: the new mapping takes it, and the
+     * previous mapping, not yet freed, keeps only a copy of what it saw. */
+    struct fake_region *old = d->peer_window;
+    if (old) {
+      struct fake_mem *copy = mem_new(old->size);
+      if (copy) {
+        memcpy(copy->bytes, old->mem->bytes, old->size);
+        mem_unref(old->mem);
+        old->mem = copy;
+      }
+    }
+    d->peer_window = p;
+  }
   dev_unlock(d);
   return p;
 }
@@ -504,6 +519,7 @@ void fake_free(struct fake_dev *d, struct fake_region *r) {
     return;
   }
   table_remove(d, r);
+  if (d->peer_window == r) d->peer_window = NULL;
   if (r->kind >= 0) d->used[r->kind] -= r->size;
   if (mutant(d, FAKE_M_FREE_UNPINS)) bus_unpin(r->mem);
   dev_unlock(d);
@@ -1102,6 +1118,12 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
     struct timespec cap = deadline_in(FAKE_CAP_MS);
     while (d->committing && !d->stopping && !passed(&cap)) wait_until(d, &cap);
   }
+  if (mutant(d, FAKE_M_SLEEP_SETTLES)) {
+    /* Lets completions settle before it looks at the word. */
+    struct timespec settle = deadline_in(still_ms < 50 ? still_ms : 50);
+    while (!d->stopping && !passed(&settle)) wait_until(d, &settle);
+  }
+  int again = mutant(d, FAKE_M_SLEEP_WAITS_TWICE);
   for (;;) {
     if (d->faulted && !(mutant(d, FAKE_M_SLEEP_CONSUMES_FAULT) && d->fault_reported)) {
       d->fault_reported = 1;
@@ -1110,6 +1132,11 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
     }
     int moved = fake_dev_word(d) != seen;
     if (moved && !mutant(d, FAKE_M_SLEEP_NO_EARLY_RETURN)) break;
+    if (passed(&t) && again) {
+      /* Nothing came in still_ms: tries once more. */
+      again = 0;
+      t = deadline_in(still_ms);
+    }
     if (passed(&t) || d->stopping) break;
     wait_until(d, &t);
   }

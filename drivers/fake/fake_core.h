@@ -64,7 +64,10 @@ enum fake_mutant {
   FAKE_M_DMA_STALE = 51,         /* MEM-10: fn reaches a copy taken at dma, never synced */
   FAKE_M_FREE_UNPINS = 52,       /* MEM-11: free gives dma'd memory to the next alloc */
   FAKE_M_STOP_RELEASES_FN = 53,  /* MEM-11: stop lets another open take d's function */
-  FAKE_M_STOP_DRAINS_BRIEFLY = 54 /* STOP-2: stop waits for the running work, 1000 ms at most */
+  FAKE_M_STOP_DRAINS_BRIEFLY = 54, /* STOP-2: stop waits for the running work, 1000 ms at most */
+  FAKE_M_SLEEP_SETTLES = 60,     /* TIME-3: sleep waits 50 ms before it looks at the word */
+  FAKE_M_MAP_PEER_ONE_WINDOW = 62, /* MEM-5: a map_peer unmaps the device's previous peer mapping */
+  FAKE_M_SLEEP_WAITS_TWICE = 61  /* TIME-4: a sleep that saw nothing in still_ms waits still_ms again */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

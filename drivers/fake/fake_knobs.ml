@@ -34,6 +34,7 @@ let mutant_table =
     ("alloc-overlap", "MEM-2", "every second alloc aliases the previous region's memory", 1);
     ("peer-live", "MEM-4", "peer answers false once either device is stopped or faulted", 2);
     ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
+    ("map-peer-one-window", "MEM-5", "a map_peer unmaps the device's previous map_peer mapping (which keeps a copy), not yet freed", 62);
     ("map-host-exact", "MEM-7", "map_host maps exactly n bytes, not the whole pages", 4);
     ("dma-vague", "MEM-8", "dma's Error for a malformed bus address does not name it", 5);
     ("image-takes-anything", "CODE-1", "image takes a binary without its header as empty", 6);
@@ -44,9 +45,12 @@ let mutant_table =
       "entry answers No_memory instead of Invalid_argument for more than the device has",
       9 );
     ("prepare-reports", "CODE-6", "prepare of an absent function raises Not_found", 10);
+    ("prepare-reports-oom", "CODE-6", "prepare raises Failure when the entry it makes finds no memory for the function's scratch", 48);
     ("prepare-restarts", "CODE-7", "prepare of an f with an entry makes (and leaks) its scratch again", 11);
     ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
     ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
+    ("sleep-settles", "TIME-3", "sleep first waits 50 ms (for completions to settle), also when the word already differs", 60);
+    ("sleep-waits-twice", "TIME-4", "a sleep that saw no change in still_ms waits still_ms once more", 61);
     ("sleep-consumes-fault", "TIME-5", "only the first sleep after a fault raises Fault", 14);
     ("stop-waits", "STOP-2", "stop waits for the running work to finish (3000 ms cap)", 15);
     ("stop-drains-briefly", "STOP-2", "stop waits for the running work to finish, 1000 ms at most", 54);
@@ -58,19 +62,25 @@ let mutant_table =
     ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
     ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
     ("grow-writes-queue", "QUEUE-1", "grow puts the slots it makes straight into the pool room reads", 24);
+    ("signaled-low-word", "TIME-1", "signaled answers the word's low 32 bits", 49);
     ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
     ("sleep-awaits-commit", "TIME-6", "sleep first waits until no commit of the device runs (3000 ms cap)", 45);
     (* OCaml side only (fake_core.c ignores these codes): the locks of alloc. *)
     ("unlock-by-hand", "ASYNC-2", "alloc counts and takes a lock by hand and gives it back after the call, not in a handler", 30);
     ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
     ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
+    ("signaled-try-lock", "LOCK-5", "signaled counts its reads under a try-lock of its own (counted with rig_hold; it never blocks)", 64);
+    ("alloc-not-reentrant", "LOCK-9", "alloc takes no lock but raises when a thread already inside alloc calls it (from a callback)", 63);
     ("signaled-busy", "LOCK-9", "signaled raises while an alloc is running (a device channel it shares, no lock)", 33);
+    ("openers-cached", "LOCK-4", "the capability keeps its list from the first call and answers later calls from it without the check of rig_holds ()", 47);
     ("make-in-lock", "LOCK-4", "an opener's make opens a device also when called inside a lock", 34);
     ("sleep-unmasks", "SIG-2", "sleep unblocks every signal for its whole run, not only around its wait", 35);
+    ("sleep-fault-unblocked", "SIG-2", "sleep's wait calls rig_block after its blocking step only when it saw no fault: a sleep that raises Fault leaves signals unblocked", 65);
     ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
     ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
     ("public-unmasked", "SIG-6", "its functions that start with the check of rig_holds () leave signals as the caller had them", 39);
+    ("make-records-unmasked", "SIG-6", "an opener's make records the device it opened in a table after its masked block, with signals unblocked", 46);
     ("masks-by-hand", "SIG-9", "its functions block signals with Thread.sigmask, not through Rig_edge_primitives", 40);
     ("locate-waits", "LOCK-6", "locate enters a wait (for the device's channel) before it answers", 41);
     ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
@@ -112,6 +122,13 @@ let m_sleep_keeps_runtime = 36
 let m_lock_order_inversion = 38
 let m_public_unmasked = 39
 let m_masks_by_hand = 40
+let m_make_records_unmasked = 46
+let m_openers_cached = 47
+let m_prepare_reports_oom = 48
+let m_signaled_low_word = 49
+let m_alloc_not_reentrant = 63
+let m_signaled_try_lock = 64
+let m_sleep_fault_unblocked = 65
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

@@ -48,6 +48,13 @@ val m_sleep_keeps_runtime : int
 val m_lock_order_inversion : int
 val m_public_unmasked : int
 val m_masks_by_hand : int
+val m_make_records_unmasked : int
+val m_openers_cached : int
+val m_prepare_reports_oom : int
+val m_signaled_low_word : int
+val m_alloc_not_reentrant : int
+val m_signaled_try_lock : int
+val m_sleep_fault_unblocked : int
 val m_locate_waits : int
 val m_finaliser_unshielded : int
 val m_lock_uncounted : int

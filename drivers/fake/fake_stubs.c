@@ -174,6 +174,22 @@ value fake_stub_sleep(value dev, value seen, value still_ms) {
   CAMLreturn(Val_bool(faulted));
 }
 
+/* The sleep-fault-unblocked mutant's whole wait (SIG-2): rig_unblock
+ * before the blocking step, but rig_block after it only when the step saw
+ * no fault; on a fault, sleep raises with the thread's signals unblocked. */
+value fake_stub_sleep_fault_unblocked(value dev, value seen, value still_ms) {
+  CAMLparam1(dev);
+  struct fake_dev *d = Dev_val(dev);
+  uint64_t s = (uint64_t)Long_val(seen);
+  int64_t ms = (int64_t)Long_val(still_ms);
+  rig_unblock();
+  caml_release_runtime_system();
+  int faulted = fake_sleep(d, s, ms);
+  caml_acquire_runtime_system();
+  if (!faulted) rig_block();
+  CAMLreturn(Val_bool(faulted));
+}
+
 /* The sleep-keeps-runtime mutant's step (SIG-3): it blocks holding the
  * OCaml runtime, so no other OCaml thread runs meanwhile. */
 value fake_stub_sleep_holding(value dev, value seen, value still_ms) {

@@ -132,10 +132,37 @@ let code6_prepare (module P : Package) ~seed =
       | () -> ()
       | exception e -> K.flag s "prepare of %S raised %s" f (Printexc.to_string e));
       (* Whether a later entry answers the same handle is CODE-2's. *)
-      match K.entry i f with
+      (match K.entry i f with
       | Entry _ -> ()
       | Absent -> K.flag s "entry of %S after its prepare answered Absent" f
-      | No_memory k -> K.flag s "entry of %S after its prepare answered No_memory %d" f k)
+      | No_memory k -> K.flag s "entry of %S after its prepare answered No_memory %d" f k);
+      (* A failure prepare meets is reported by nothing either: a function
+         whose scratch does not fit in the memory left free now (not more
+         than the device offers, which is CODE-5's). *)
+      match P.kit.scratch with
+      | None -> ()
+      | Some _ ->
+          let need = 4096 * (4 + K.int s 8) in
+          let i2, g = K.scratch_image s dev need in
+          let taken = K.take s dev max_int in
+          let prepare2 () = Prim.masked (fun () -> P.D.prepare i2.image g) in
+          (match prepare2 () with
+          | () -> ()
+          | exception e ->
+              K.flag s "prepare of %S, whose %d bytes of scratch do not fit in the memory left free, raised %s" g need
+                (Printexc.to_string e));
+          let first = K.entry i2 g in
+          List.iter K.free_reg taken;
+          match first with
+          | Entry _ -> ()
+          | Absent -> K.flag s "entry of %S after a prepare that found no memory for it answered Absent" g
+          | No_memory _ -> (
+              (* As entry itself would: once memory is free, it is made. *)
+              match K.entry i2 g with
+              | Entry _ -> ()
+              | Absent -> K.flag s "entry of %S, once memory was freed after a prepare that found none, answered Absent" g
+              | No_memory k ->
+                  K.flag s "entry of %S, once the memory taken was freed, still answered No_memory %d (what its prepare met)" g k))
 
 (* CODE-7: prepares of a function that has an entry make nothing.  prepare
    may start its work and return: the memory is measured again once a

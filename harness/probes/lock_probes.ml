@@ -111,13 +111,19 @@ module Probe (Pk : Rig_edge.Package) = struct
     let acc = ref [] in
     let lock = P.Lock.create "prober" in
     let in_lock f = P.Lock.protect lock (fun () -> P.masked f) in
-    (match in_lock Pk.openers with
-    | _ -> acc := finding "LOCK-4" "the capability (openers) called inside a lock returned instead of raising Invalid_argument" :: !acc
-    | exception Invalid_argument _ -> ()
-    | exception e ->
-        acc := finding "LOCK-4" "the capability (openers) called inside a lock raised %s, not Invalid_argument" (Printexc.to_string e) :: !acc);
+    let openers_in_lock when_ =
+      match in_lock Pk.openers with
+      | _ -> acc := finding "LOCK-4" "the capability (openers) called inside a lock%s returned instead of raising Invalid_argument" when_ :: !acc
+      | exception Invalid_argument _ -> ()
+      | exception e ->
+          acc := finding "LOCK-4" "the capability (openers) called inside a lock%s raised %s, not Invalid_argument" when_ (Printexc.to_string e) :: !acc
+    in
+    openers_in_lock "";
     let os = openers () in
     if os = [] then raise (Skip "the driver has no device");
+    (* Every call starts with the check, not only the first (a capability
+       that keeps its list from an earlier call, say). *)
+    openers_in_lock ", after a call outside it had answered,";
     List.iter
       (fun (o : D.t Rig_edge.opener) ->
         let before = tasks () in
@@ -223,6 +229,59 @@ module Probe (Pk : Rig_edge.Package) = struct
         | v -> in_call := ""; Ok v
         | exception e -> in_call := ""; Error e)
 
+  (* A wait ends with rig_block "whether the step returns or raises": a
+     device that faults during a sleep's wait (a spin of 300 ms, then the
+     kit's fault function) makes sleep raise Fault, and the thread, still
+     inside rig's mask, must block rig_mask's signals again and be out of
+     its wait then. *)
+  let fault_during_sleep (o : D.t Rig_edge.opener) =
+    match (Pk.kit.spin, Pk.kit.fault) with
+    | Some spin, Some fault -> (
+        match P.masked o.make with
+        | exception _ -> []
+        | d2 -> (
+            match P.masked (fun () -> D.image d2 Pk.kit.binary) with
+            | exception _ -> close d2 0; []
+            | Error _ -> close d2 0; []
+            | Ok i ->
+                let entry f = match P.masked (fun () -> D.entry i f) with Rig_edge.Entry h -> Some h | _ | (exception _) -> None in
+                let found =
+                  match (entry spin, entry fault) with
+                  | Some hs, Some hf ->
+                      let q = (D.facts d2).queue in
+                      let s =
+                        Rig_edge.encode
+                          [ Rig_edge.Launch { entry = hs; args = [ 300L ] }; Rig_edge.Launch { entry = hf; args = [] } ]
+                      in
+                      let rec fit k =
+                        match P.masked (fun () -> q.room s) with
+                        | Rig_edge.Room -> true
+                        | Grow -> k > 0 && (match P.masked (fun () -> D.grow d2) with Rig_edge.Grown -> fit (k - 1) | Short _ -> false)
+                      in
+                      if fit 4 && P.masked (fun () -> q.submit s ~value:1) && P.masked (fun () -> q.commit ()) then begin
+                        let w = D.signaled d2 in
+                        let after =
+                          P.masked (fun () ->
+                              match D.sleep d2 ~seen:w ~still_ms:3000 with
+                              | () -> None
+                              | exception D.Fault why -> Some (why, P.in_wait (), P.blocks_rig_set ())
+                              | exception _ -> None)
+                        in
+                        match after with
+                        | Some (why, waiting, blocked) when waiting || not blocked ->
+                            [ finding "SIG-2"
+                                "sleep raised Fault (%s) for a fault during its wait with the thread %s: its wait did not call rig_block after its blocking step"
+                                why
+                                (if not blocked then "letting rig_mask's signals through" else "still inside the wait") ]
+                        | _ -> []
+                      end
+                      else []
+                  | _ -> []
+                in
+                close d2 ~images:[ i ] 1;
+                found))
+    | _ -> []
+
   let sig2 ~seed =
     let self = Thread.id (Thread.self ()) in
     let previous = Sys.signal Sys.sigusr1 (Sys.Signal_handle handler) in
@@ -261,9 +320,11 @@ module Probe (Pk : Rig_edge.Package) = struct
                 ignore (call "entry" (fun () -> D.entry i f)))
               fn
         | _ -> ());
+    let faulted = fault_during_sleep o in
     (* Whatever is still pending runs now, outside any call. *)
     ignore (Sys.opaque_identity (ref ()));
-    List.filter_map
+    faulted
+    @ List.filter_map
       (fun r ->
         if r.thread = self && r.call <> "" && not r.waiting then
           Some (finding "SIG-2" "SIGUSR1, sent before %s under rig's mask, ran its handler inside %s outside a wait: the driver unblocked signals outside its waits" r.call r.call)

@@ -69,7 +69,15 @@ let unmask_thread () =
    the mask back, are the OCaml shape of any such function (the mask is
    taken inside them); what is judged is a call that never blocked them, or
    one that opened them between two blocked allocations outside a wait. *)
-let judge_sig6 name seen masks =
+(* What a function may allocate after giving the mask back: the box of its
+   result (Some, Ok, a tuple), no more.  Work done there, such as recording
+   a device in a table, runs with signals unblocked, not "for its whole
+   run".  [~tail:false] where the probe cannot tell the driver's tail from
+   its package wrapper's (Call_trace wraps the openers' list after the
+   capability returns). *)
+let boxing_allocations = 2
+
+let judge_sig6 ?(tail = true) name seen masks =
   let outside = List.filter (fun s -> not s.waiting) seen in
   let blocked = List.mapi (fun i s -> (i, s.blocked)) outside in
   let first = List.find_map (fun (i, b) -> if b then Some i else None) blocked in
@@ -81,9 +89,12 @@ let judge_sig6 name seen masks =
       else []
   | Some f, Some l ->
       let holes = List.filter (fun (i, b) -> i > f && i < l && not b) blocked in
-      if holes = [] then []
-      else
+      let after = List.length (List.filter (fun (i, _) -> i > l) blocked) in
+      if holes <> [] then
         [ finding "SIG-6" "%s let rig_mask's signals through at %d allocation(s) outside a wait, between allocations with them blocked" name (List.length holes) ]
+      else if tail && after > boxing_allocations then
+        [ finding "SIG-6" "%s made %d allocation(s) of OCaml code after it gave rig_mask's signals back (more than boxing its result takes)" name after ]
+      else []
 
 let judge_sig9 name seen =
   match List.length (List.filter (fun s -> not s.as_left) seen) with
@@ -133,21 +144,21 @@ module Own_calls (Pk : Rig_edge.Package) = struct
      and runs again unlocked, from the unmasked thread, watched for SIG-6.
      Both runs are watched for SIG-9.  The value is that of the run that
      went through. *)
-  let step name f =
+  let step ?tail name f =
     let under, seen, _ = watched (fun () -> P.Lock.protect lock f) in
     findings := judge_sig9 (name ^ " (inside a lock)") seen @ !findings;
     match under with
     | Error (Invalid_argument _) ->
         checked := name :: !checked;
         let outcome, seen, masks = watched f in
-        findings := judge_sig6 name seen masks @ judge_sig9 name seen @ !findings;
+        findings := judge_sig6 ?tail name seen masks @ judge_sig9 name seen @ !findings;
         (match outcome with Ok v -> v | Error e -> raise e)
     | Ok v -> v
     | Error e -> raise e
 
   let run ~seed =
     unmask_thread ();
-    let os = step "the capability (openers)" Pk.openers in
+    let os = step ~tail:false "the capability (openers)" Pk.openers in
     let o = match os with o :: _ -> o | [] -> raise (Skip "the driver has no device") in
     let d = step (o.name ^ ".make") o.make in
     let attempt name f = try Some (step name f) with _ -> None in
@@ -225,7 +236,28 @@ module Quiet (Pk : Rig_edge.Package) = struct
         (Option.iter (fun f -> findings := f :: !findings))
         [ measure ""; P.Lock.protect lock (fun () -> measure ", inside a counted lock") ]
     in
+    (* signaled "must take no lock" (LOCK-5): a counted take, even one that
+       never blocks (a try-lock), shows in the primitives' count of takes
+       (activity less waits).  Whether it blocks or raises is TIME-1's. *)
+    let check_signaled state =
+      let measure where =
+        let takes () = P.activity () - P.waits () in
+        let before = takes () and holds = P.holds () in
+        match D.signaled d with
+        | _ ->
+            let n = takes () - before in
+            if n > 0 then Some (finding "LOCK-5" "signaled %s%s took %d counted lock(s)" state where n)
+            else if P.holds () <> holds then
+              Some (finding "LOCK-5" "signaled %s%s left rig_holds at %d, not %d" state where (P.holds ()) holds)
+            else None
+        | exception _ -> None
+      in
+      List.iter
+        (Option.iter (fun f -> findings := f :: !findings))
+        [ measure ""; P.Lock.protect lock (fun () -> measure ", inside a counted lock") ]
+    in
     let probe state =
+      check_signaled state;
       check state "locate" (fun () -> ignore (D.locate d r));
       List.iter (fun d' -> if d' != d then check state "peer" (fun () -> ignore (D.peer d d'))) devices
     in
@@ -264,6 +296,8 @@ module Counted (Pk : Rig_edge.Package) = struct
       let hook () =
         if P.holds () = 0 then begin
           incr tried;
+          let takes () = P.activity () - P.waits () in
+          let t0 = takes () in
           match D.alloc d Rig_edge.Device 4 with
           | Some r -> ( try D.free d r with _ -> ())
           | None -> ()
@@ -271,7 +305,16 @@ module Counted (Pk : Rig_edge.Package) = struct
               findings :=
                 finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, alloc on the same device raised Sys_error %S: the thread held a lock of the driver's it had not counted" name why
                 :: !findings
-          | exception _ -> ()
+          | exception (D.Fault _ | Invalid_argument _) -> ()
+          | exception e ->
+              (* LOCK-9: "A function that takes no lock may be called from
+                 a callback at any point": this alloc took no counted lock
+                 (before it raised), so it may not refuse the callback. *)
+              if takes () = t0 then
+                findings :=
+                  finding "LOCK-9" "inside %s, at an allocation with rig_holds () = 0, alloc on the same device took no lock and raised %s" name
+                    (Printexc.to_string e)
+                  :: !findings
         end
       in
       let outcome, _, _ = watched ~hook (fun () -> P.masked f) in
@@ -294,10 +337,10 @@ let cases =
     case "probe.SIG-7.finalisers-shielded" [ "SIG-7" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Finalisers (Pk) in
         M.run ~seed);
-    case "probe.LOCK-6.locate-peer-quiet" [ "LOCK-6" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+    case "probe.LOCK-6.locate-peer-quiet" [ "LOCK-6"; "LOCK-5" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Quiet (Pk) in
         M.run ~seed);
-    case "probe.LOCK-3.locks-counted" [ "LOCK-3" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+    case "probe.LOCK-3.locks-counted" [ "LOCK-3"; "LOCK-9" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Counted (Pk) in
         M.run ~seed);
   ]

@@ -26,17 +26,27 @@ let mem2_distinct (module P : Package) ~seed =
       let regions = List.rev !regions in
       (* The patterns go in only once every region exists, so that a later
          alloc over an earlier region's memory shows. *)
+      (* A region's own n bytes are this clause's: a write or read of them
+         that raises (a Fault for bytes past the memory alloc made) is a
+         finding here, not a failed setup. *)
       let written =
         List.filter_map
           (fun (label, n, r) ->
             let p = K.pattern s n in
-            if K.write r ~off:0 p then Some (label, n, r, p) else None)
+            match K.write r ~off:0 p with
+            | true -> Some (label, n, r, p)
+            | false -> None
+            | exception e ->
+                K.flag s "a write of the %d bytes of an alloc of %d bytes of %s memory raised %s" n n label (Printexc.to_string e);
+                None)
           regions
       in
       if written = [] then raise (Skip "no region the host can reach");
       List.iteri
         (fun i (label, n, r, p) ->
           match K.read r ~off:0 ~len:n with
+          | exception e ->
+              K.flag s "a read of the %d bytes of region %d (%s) raised %s" n i label (Printexc.to_string e)
           | Some got when got <> p ->
               let j = ref 0 in
               while got.[!j] = p.[!j] do incr j done;
@@ -75,48 +85,86 @@ let mem4_peer_stable (module P : Package) ~seed =
       K.close s a;
       check "once both are stopped")
 
-(* MEM-5: map_peer maps the memory of r itself, both ways, also for work. *)
+(* MEM-5: map_peer maps the memory of r itself, both ways, also for work,
+   and each mapping keeps it mapped until it is freed: after each new
+   mapping (of another region, or of the same region again), every earlier
+   one still live is checked again, both ways. *)
 let mem5_map_peer_live (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"MEM-5" ~seed (fun s ->
       let a, b = K.open_two s in
       let kinds = (if P.D.peer a.d b.d then [ `Device ] else []) @ [ `Host ] in
       let tested = ref 0 in
+      let live = ref [] in
+      (* An access through a mapping that raises is a mapping that does not
+         map r's memory: this probe's clause, not a setup failure. *)
+      let access what f = try f () with e -> K.flag s "%s raised %s" what (Printexc.to_string e); None in
+      let still_maps label (r : K.reg) (mp : K.reg) k =
+        let n = r.size in
+        let p1 = K.pattern s n in
+        if K.write r ~off:0 p1 then
+          (match access (spf "a read through %s's mapping %d" a.oname k) (fun () -> Some (K.read mp ~off:0 ~len:n)) with
+          | Some got when got <> Some p1 ->
+              K.flag s "%s memory of %s: once %s made %d later mapping(s), bytes written into r no longer show through its mapping %d, not yet freed"
+                label b.oname a.oname (List.length !live - k) k
+          | _ -> ());
+        let p2 = K.pattern s n in
+        match access (spf "a write through %s's mapping %d" a.oname k) (fun () -> Some (K.write mp ~off:0 p2)) with
+        | Some true ->
+            if K.read r ~off:0 ~len:n <> Some p2 then
+              K.flag s "%s memory of %s: once %s made %d later mapping(s), bytes written through its mapping %d, not yet freed, do not show in r"
+                label b.oname a.oname (List.length !live - k) k
+        | _ -> ()
+      in
       List.iter
         (fun kind ->
-          let n = word * (4 + K.int s 1024) in
           let label = match kind with `Device -> "Device" | `Host -> "Mapped/Pinned" in
-          let r = match kind with `Device -> K.alloc s b Device n | `Host -> K.alloc_host s b n in
-          match r with
-          | None -> ()
-          | Some r ->
-              let mp = K.map_peer s a r in
-              if K.reachable r && K.reachable mp then begin
-                incr tested;
-                let p1 = K.pattern s n in
-                ignore (K.write r ~off:0 p1);
-                if K.read mp ~off:0 ~len:n <> Some p1 then
-                  K.flag s "%s memory of %s: bytes written into r after map_peer do not show through %s's mapping" label
-                    b.oname a.oname;
-                let p2 = K.pattern s n in
-                ignore (K.write mp ~off:0 p2);
-                if K.read r ~off:0 ~len:n <> Some p2 then
-                  K.flag s "%s memory of %s: bytes written through %s's mapping do not show in r" label b.oname a.oname;
-                let off = word * K.int s (n / word) in
-                let len = 1 + K.int s (n - off) in
-                let bt = K.byte s in
-                match K.submit a [ K.fill_part mp ~off ~len ~byte:bt ] with
-                | Error e -> K.flag s "a Fill of %s's mapping could not be submitted: %s" a.oname e
-                | Ok v -> (
-                    match K.wait_value s a v ~ms:3000 with
-                    | Reached -> (
-                        match K.read r ~off ~len with
-                        | Some got when got <> String.make len (Char.chr bt) ->
-                            K.flag s "%s memory of %s: a Fill on %s of bytes [%d,%d) of the mapping with %02x does not show in r"
-                              label b.oname a.oname off (off + len) bt
-                        | _ -> ())
-                    | w -> K.flag s "a Fill on %s of its mapping of %s memory: %s" a.oname label (K.describe_wait w))
-              end)
+          let rec regions i prev =
+            if i > 0 then begin
+              let n = word * (4 + K.int s 1024) in
+              (* The same region mapped again, or a new one. *)
+              let r =
+                match prev with
+                | Some r when K.int s 3 = 0 -> Some r
+                | _ -> ( match kind with `Device -> K.alloc s b Device n | `Host -> K.alloc_host s b n)
+              in
+              match r with
+              | None -> ()
+              | Some r ->
+                  let n = r.size in
+                  let mp = K.map_peer s a r in
+                  if K.reachable r && K.reachable mp then begin
+                    incr tested;
+                    let p1 = K.pattern s n in
+                    ignore (K.write r ~off:0 p1);
+                    if K.read mp ~off:0 ~len:n <> Some p1 then
+                      K.flag s "%s memory of %s: bytes written into r after map_peer do not show through %s's mapping" label
+                        b.oname a.oname;
+                    let p2 = K.pattern s n in
+                    ignore (K.write mp ~off:0 p2);
+                    if K.read r ~off:0 ~len:n <> Some p2 then
+                      K.flag s "%s memory of %s: bytes written through %s's mapping do not show in r" label b.oname a.oname;
+                    let off = word * K.int s (n / word) in
+                    let len = 1 + K.int s (n - off) in
+                    let bt = K.byte s in
+                    (match K.submit a [ K.fill_part mp ~off ~len ~byte:bt ] with
+                    | Error e -> K.flag s "a Fill of %s's mapping could not be submitted: %s" a.oname e
+                    | Ok v -> (
+                        match K.wait_value s a v ~ms:3000 with
+                        | Reached -> (
+                            match K.read r ~off ~len with
+                            | Some got when got <> String.make len (Char.chr bt) ->
+                                K.flag s "%s memory of %s: a Fill on %s of bytes [%d,%d) of the mapping with %02x does not show in r"
+                                  label b.oname a.oname off (off + len) bt
+                            | _ -> ())
+                        | w -> K.flag s "a Fill on %s of its mapping of %s memory: %s" a.oname label (K.describe_wait w)));
+                    live := !live @ [ (label, r, mp) ];
+                    List.iteri (fun k (label, r, mp) -> if k < List.length !live - 1 then still_maps label r mp (k + 1)) !live
+                  end;
+                  regions (i - 1) (Some r)
+            end
+          in
+          regions (2 + K.int s 2) None)
         kinds;
       if !tested = 0 then raise (Skip "no map_peer mapping of a region the host can reach"))
 

@@ -396,6 +396,11 @@ module Kit (P : Package) = struct
       | exception Abandon f ->
           Option.iter (fun f -> s.acc := f :: !(s.acc)) f;
           `Abandoned
+      | exception D.Fault why ->
+          (* A Fault that escapes the body came from a call the case does
+             not judge (its checks catch what they are about): the run is
+             not judged, and says why. *)
+          `Skip (spf "not judged: the driver raised Fault (%s) in a call this case's clause is not about" why)
       | exception e ->
           flag s "unexpected exception: %s" (Printexc.to_string e);
           `Ran

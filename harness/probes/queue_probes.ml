@@ -119,24 +119,47 @@ module Probe (Pk : Rig_edge.Package) = struct
           refine (take 4 (take 64 fine)) rest need
       | sorted -> (by_size fine, sorted)
     in
-    let regrow () =
+    let regrow s =
       match room d s with
       | Rig_edge.Room -> None
       | Grow -> Some (grow d)
     in
-    let kept =
+    (* With the memory full, the first grow that answers Short.  A Grown
+       there made nothing that needs memory (a room that answers RIG_GROW
+       once per submission, say, whose grow finds nothing missing): that
+       submission goes in, and a bigger one, which needs a real growth, is
+       asked for. *)
+    let rec first_short k s =
       match grow d with
-      | Rig_edge.Grown -> raise (Not_applicable_here "grow needs no Device memory")
-      | Short n1 -> (
+      | Rig_edge.Short n1 -> Some (s, n1)
+      | Grown -> (
+          match room d s with
+          | Rig_edge.Grow -> None
+          | Room ->
+              finish d s;
+              let rec bigger k =
+                if k > max_parts then None
+                else
+                  let s = fills d r k in
+                  match room d s with
+                  | Rig_edge.Grow -> first_short k s
+                  | Room -> finish d s; bigger (2 * k)
+              in
+              bigger (2 * k))
+    in
+    let kept =
+      match first_short (List.length (Rig_edge.parts s)) s with
+      | None -> raise (Not_applicable_here "grow needs no Device memory")
+      | Some (s, n1) -> (
           let fine, coarse = refine fine coarse ((2 * n1) + 4096) in
           let pool = fine @ coarse in
           let first = (n1 / 2) + (4 * (seed mod 3)) in
           let pool = give_back d pool first in
-          match regrow () with
+          match regrow s with
           | None | Some Grown -> pool
           | Some (Short n2) -> (
               let pool = give_back d pool n2 in
-              match regrow () with
+              match regrow s with
               | None -> pool
               | Some Grown -> (
                   match room d s with

@@ -4,6 +4,9 @@ open Rig_edge
 open Probes
 
 (* TIME-3: sleep returns at once when the word already differs from seen. *)
+let time3_batch = 10
+let time3_floor_ms = 20.
+
 let time3_early_return (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"TIME-3" ~seed (fun s ->
@@ -14,14 +17,43 @@ let time3_early_return (module P : Package) ~seed =
         ignore (K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill")
       done;
       let w = P.D.signaled dev.d in
+      let slow = ref false in
       List.iter
         (fun seen ->
-          let outcome, ms = K.timed_sleep s dev ~seen ~still_ms:2000 ~bound_ms:9000 in
-          match outcome with
-          | K.Returned | K.Faulted _ | K.Other _ ->
-              if ms > 1000. then
-                K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms instead of returning at once" w seen ms)
-        [ w - 1; w + 1 + K.int s 5 ])
+          if not !slow then
+            let outcome, ms = K.timed_sleep s dev ~seen ~still_ms:2000 ~bound_ms:9000 in
+            match outcome with
+            | K.Returned | K.Faulted _ | K.Other _ ->
+                if ms > 1000. then begin
+                  slow := true;
+                  K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms instead of returning at once" w seen ms
+                end)
+        [ w - 1; w + 1 + K.int s 5 ];
+      (* "Immediately": a short wait before the check (to let completions
+         coalesce, say) does not show against a 1 s margin.  A sleep whose
+         word already differs only reads it, so the fastest of a batch of
+         such calls takes well under a millisecond even on a loaded
+         machine; the fastest of each of two batches over
+         [time3_floor_ms] is a wait. *)
+      if not !slow then begin
+        let fastest () =
+          let best = ref infinity in
+          for k = 1 to time3_batch do
+            let seen = if k land 1 = 0 then w - 1 else w + 1 + K.int s 5 in
+            let _, ms = K.timed_sleep s dev ~seen ~still_ms:(500 + K.int s 1500) ~bound_ms:9000 in
+            if ms < !best then best := ms
+          done;
+          !best
+        in
+        let a = fastest () in
+        if a > time3_floor_ms then begin
+          let b = fastest () in
+          if b > time3_floor_ms then
+            K.flag s
+              "with the word at %d, sleep with seen other than %d never returned at once: the fastest of %d calls took %.0f ms, of %d more %.0f ms"
+              w w time3_batch a time3_batch b
+        end
+      end)
 
 (* How late past still_ms a sleep may return on a loaded machine (TIME-4,
    TIME-6). *)
@@ -37,17 +69,43 @@ let time4_bounded_sleep (module P : Package) ~seed =
       ignore (K.launch dev h "hang");
       dev.hung <- true;
       Thread.delay 0.05;
+      let late = ref false in
       let rec go k =
         if k > 0 then begin
           let still = 30 + K.int s 70 in
           let w = P.D.signaled dev.d in
           let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
           if ms > float_of_int (still + sleep_slack_ms) then
+            late := true;
+          if ms > float_of_int (still + sleep_slack_ms) then
             K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms" w still ms;
           match outcome with K.Faulted _ -> () | _ -> go (k - 1)
         end
       in
-      go 2)
+      go 2;
+      (* A sleep that overstays by a multiple of still_ms (one that waits
+         still_ms again when the first wait saw nothing) hides under the
+         slack above when still_ms is short.  With still_ms of 500 ms or
+         more, 1.5 times it leaves a conforming sleep 250 ms of noise; a
+         finding is timed again before it is flagged. *)
+      if not !late then begin
+        let long () =
+          let still = 500 + K.int s 200 in
+          let w = P.D.signaled dev.d in
+          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
+          match outcome with
+          | K.Faulted _ -> None
+          | _ -> if ms > 1.5 *. float_of_int still then Some (w, still, ms) else None
+        in
+        match long () with
+        | None -> ()
+        | Some (w, still, ms) -> (
+            match long () with
+            | None -> ()
+            | Some (_, still', ms') ->
+                K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms, and again ~still_ms:%d after %.0f ms"
+                  w still ms still' ms')
+      end)
 
 (* TIME-5: after a fault, every sleep raises Fault. *)
 let time5_fault_sticks (module P : Package) ~seed =

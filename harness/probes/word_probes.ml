@@ -16,19 +16,18 @@ module Probe (Pk : Rig_edge.Package) = struct
     | o :: _ -> (
         let d = P.masked o.make in
         let facts = D.facts d in
-        match P.masked (fun () -> D.alloc d Rig_edge.Mapped 64) with
-        | None -> P.masked (fun () -> D.stop d ~fault:None); Not_applicable "no Mapped memory to watch work through"
+        (* Host memory to watch work through: Mapped, or Pinned where
+           alloc of Mapped is None, as rig falls back (GUAR-6). *)
+        let host =
+          match P.masked (fun () -> D.alloc d Rig_edge.Mapped 64) with
+          | Some r -> Some r
+          | None -> P.masked (fun () -> D.alloc d Rig_edge.Pinned 64)
+        in
+        match host with
+        | None -> P.masked (fun () -> D.stop d ~fault:None); Not_applicable "no Mapped or Pinned memory to watch work through"
         | Some r ->
             let place = D.locate d r in
-            let byte = 1 + (seed mod 250) in
-            let s = Rig_edge.encode [ Rig_edge.Fill { dst = place.handle; off = 0; len = 64; byte } ] in
             let q = facts.queue in
-            let rec fit () = match P.masked (fun () -> q.room s) with
-              | Rig_edge.Room -> ()
-              | Grow -> ignore (P.masked (fun () -> D.grow d)); fit () in
-            fit ();
-            ignore (P.masked (fun () -> q.submit s ~value:1));
-            ignore (P.masked (fun () -> q.commit ()));
             let read () =
               match place.reach with
               | None -> None
@@ -37,27 +36,43 @@ module Probe (Pk : Rig_edge.Package) = struct
                   P.masked (fun () -> f (Rig_edge.Read { off = 63; into }));
                   Some (Char.code (Bytes.get into 0))
             in
-            (* Watch the work's bytes and the word, never sleeping on the
-               device: signaled alone must show the value. *)
-            let deadline = Unix.gettimeofday () +. settle_s in
-            let rec watch filled_at =
-              let w = D.signaled d in
-              if w >= 1 then []
-              else
-                let now = Unix.gettimeofday () in
-                let filled_at = match filled_at with None when read () = Some byte -> Some now | x -> x in
-                match filled_at with
-                | Some t when now -. t > settle_s ->
-                    [ finding "TIME-1" "the work's bytes showed %.1f s ago and signaled still answers %d, not 1" settle_s w ]
-                | None when now > deadline +. settle_s ->
-                    [ finding "TIME-1" "neither the work's bytes nor signaled showed the work after %.0f s" (2. *. settle_s) ]
-                | _ -> Thread.delay 0.001; watch filled_at
+            (* One Fill of the region with [byte] as [value]; then watch
+               the work's bytes and the word, never sleeping on the device:
+               signaled alone must show the value. *)
+            let show ~value ~byte =
+              let s = Rig_edge.encode [ Rig_edge.Fill { dst = place.handle; off = 0; len = 64; byte } ] in
+              let rec fit () = match P.masked (fun () -> q.room s) with
+                | Rig_edge.Room -> ()
+                | Grow -> ignore (P.masked (fun () -> D.grow d)); fit () in
+              fit ();
+              ignore (P.masked (fun () -> q.submit s ~value));
+              ignore (P.masked (fun () -> q.commit ()));
+              let deadline = Unix.gettimeofday () +. settle_s in
+              let rec watch filled_at =
+                let w = D.signaled d in
+                if w >= value then []
+                else
+                  let now = Unix.gettimeofday () in
+                  let filled_at = match filled_at with None when read () = Some byte -> Some now | x -> x in
+                  match filled_at with
+                  | Some t when now -. t > settle_s ->
+                      [ finding "TIME-1" "the work's bytes showed %.1f s ago and signaled still answers %d, not %d" settle_s w value ]
+                  | None when now > deadline +. settle_s ->
+                      [ finding "TIME-1" "neither the work's bytes nor signaled showed the work of value %d after %.0f s" value (2. *. settle_s) ]
+                  | _ -> Thread.delay 0.001; watch filled_at
+              in
+              watch None
             in
-            let found = watch None in
+            let byte = 1 + (seed mod 250) in
+            let found = show ~value:1 ~byte in
+            (* Values are 64-bit and increase per device: the next one at
+               2^32 or more, which a word read through 32 bits loses. *)
+            let last = if found = [] then (1 lsl 32) + 1 + (seed mod 1000) else 1 in
+            let found = if found = [] then show ~value:last ~byte:(1 + (byte mod 250)) else found in
             P.masked (fun () -> D.stop d ~fault:None);
-            let rec settle k = if k > 0 && D.signaled d < 1 then (Thread.delay 0.002; settle (k - 1)) in
+            let rec settle k = if k > 0 && D.signaled d < last then (Thread.delay 0.002; settle (k - 1)) in
             settle 1000;
-            if D.signaled d >= 1 || found <> [] then begin
+            if D.signaled d >= last || found <> [] then begin
               (try P.masked (fun () -> D.free d r) with _ -> ());
               Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) facts.own_word
             end;

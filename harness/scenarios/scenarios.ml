@@ -391,6 +391,28 @@ let of_violation (v : Validate.violation) =
   in
   finding v.clause "%s [%s]" v.detail shown
 
+(* The first driver call of a run that failed, as the validation layer
+   recorded it: it raised, or gave a failure answer the document allows
+   (None from alloc, No_memory from entry, Short from grow, Error from
+   image, a failed submit or commit). *)
+let driver_failure (events : Validate.event list) =
+  List.find_map
+    (fun (e : Validate.event) ->
+      let starts p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p in
+      if starts "user:" e.fn then None
+      else
+        match e.phase with
+        | Raise r -> Some (Printf.sprintf "%s raising %s" e.fn r)
+        | Return s
+          when (e.fn = "alloc" && s = "None")
+               || (e.fn = "entry" && starts "No_memory" s)
+               || (e.fn = "grow" && starts "Short" s)
+               || (e.fn = "image" && starts "Error" s)
+               || ((e.fn = "submit" || e.fn = "commit") && s = "false") ->
+            Some (Printf.sprintf "%s answering %s" e.fn s)
+        | _ -> None)
+    events
+
 let case flow =
   let run (module P : Rig_edge.Package) ~seed =
     try
@@ -410,6 +432,17 @@ let case flow =
       | exception _ when !Case.injecting ->
           F.close_all ();
           Ran (seen ())
+      | exception ((Rig.Device_lost _ | Rig.Out_of_memory _) as e) when driver_failure (F.V.events ()) <> None -> (
+          (* rig told the program of a driver's failure (a Fault, another
+             exception, a failure answer): the driver's doing, which the
+             driver's clauses judge, not this rig-side case's clause.  What
+             the validation layer and the flow saw before still counts. *)
+          match seen () with
+          | [] ->
+              Not_applicable
+                (Printf.sprintf "not judged: the scenario ended with %s after the driver's %s" (Printexc.to_string e)
+                   (Option.get (driver_failure (F.V.events ()))))
+          | fs -> Ran fs)
       | exception e ->
           (* A scenario that ends on an exception it did not expect: what the
              validation layer saw is still evidence, and the exception is a
