@@ -227,10 +227,11 @@ external bs_fns : unit -> nativeint = "bs_fns"
 external bs_wrap : nativeint -> nativeint -> int -> nativeint = "bs_wrap"
 
 (* The queue wrapper's modes (bs_stubs.c). *)
-type qmode = Q_none | Q_plain | Q_grow_once | Q_regrow | Q_submit_lock | Q_early_reject
+type qmode = Q_none | Q_plain | Q_grow_once | Q_regrow | Q_submit_lock | Q_early_reject | Q_grow_once_first
 
 let qmode_code = function
   | Q_none | Q_plain -> 0 | Q_grow_once -> 1 | Q_regrow -> 2 | Q_submit_lock -> 3 | Q_early_reject -> 4
+  | Q_grow_once_first -> 5
 
 (* make's body, without the check or the mask. *)
 let open_device ?(qmode = Q_none) ?(may_block = true) name =

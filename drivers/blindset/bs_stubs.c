@@ -136,7 +136,7 @@ value bs_now_ms(value unit) {
 
 /* ------------------------------------------------ the queue wrapper */
 
-enum { Q_PLAIN = 0, Q_GROW_ONCE = 1, Q_REGROW = 2, Q_SUBMIT_LOCK = 3, Q_EARLY_REJECT = 4 };
+enum { Q_PLAIN = 0, Q_GROW_ONCE = 1, Q_REGROW = 2, Q_SUBMIT_LOCK = 3, Q_EARLY_REJECT = 4, Q_GROW_ONCE_FIRST = 5 };
 
 struct bsq {
   void *inner;
@@ -170,6 +170,12 @@ static int bsq_room(void *dev, const struct rig_submission *s) {
      * it needed a real one (after a real one's Grown, another RIG_GROW
      * would break QUEUE-2) */
     if (r == RIG_GROW) tls_asked = 1;
+    if (r == RIG_ROOM && tls_asked == 0) { tls_asked = 1; return RIG_GROW; }
+    break;
+  case Q_GROW_ONCE_FIRST:
+    /* bs-ok-grow-once as its author first wrote it: the extra RIG_GROW also
+     * after a real growth's Grown, for a submission that needed one
+     * (QUEUE-2; only a submission bigger than the free slots shows it) */
     if (r == RIG_ROOM && tls_asked == 0) { tls_asked = 1; return RIG_GROW; }
     break;
   case Q_REGROW:
