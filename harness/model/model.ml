@@ -471,7 +471,7 @@ let string_of_answer = function
   | Bool b -> string_of_bool b
   | Closed { stop_ms; word_after_stop; settled; late; _ } ->
       spf "stop took %.0f ms, word %d%s%s" stop_ms word_after_stop
-        (match settled with Some w when w <> word_after_stop -> spf ", then %d" w | Some _ -> "" | None -> ", never the last value")
+        (match settled with Some w when w <> word_after_stop -> spf ", then %d" w | Some _ -> "" | None -> ", not the last value")
         (match late with Some w -> spf ", then %d (late)" w | None -> "")
   | Faulted why -> spf "Fault %S" why
   | Raised e -> spf "raised %s" e
