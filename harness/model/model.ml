@@ -125,31 +125,18 @@ let open_dev st d = match find st.devs d with Some v -> not v.stopped | None -> 
 let dev_last st d = match find st.devs d with Some v -> v.last | None -> 0
 let sub_value st s = Option.map (fun s -> s.value) (find st.subs s)
 let is_host_mapping st r = match find st.regs r with Some { kind = K_host; _ } -> true | _ -> false
-let is_lost st d = match find st.devs d with Some v -> v.lost | None -> true
 let region_device st r = Option.map (fun g -> g.rdev) (find st.regs r)
 
 let host_pages_of st r = match find st.regs r with Some { kind = K_host; pages; _ } -> Some pages | _ -> None
 let region_size st r = Option.map (fun g -> g.size) (find st.regs r)
-
-let regions_of st d =
-  let mine = IM.bindings st.regs |> List.filter (fun (_, g) -> g.rdev = d) in
-  (* mappings first: rig frees a region only after the mappings over it *)
-  let maps, own = List.partition (fun (_, g) -> g.kind = K_peer) mine in
-  List.map fst maps @ List.map fst own
 
 let faulting st d = match find st.devs d with Some v -> v.faulting | None -> false
 let opener_of st d = Option.map (fun v -> v.opener) (find st.devs d)
 let open_devices st = IM.bindings st.devs |> List.filter (fun (_, v) -> not v.stopped) |> List.map fst
 let image_device st i = Option.map (fun i -> i.idev) (find st.imgs i)
 
-let images_of st d = IM.bindings st.imgs |> List.filter (fun (_, i) -> i.idev = d) |> List.map fst
 
 let cell_of st r = match find st.regs r with Some g -> find st.cells g.cell | None -> None
-
-let known_bytes st r off len =
-  match cell_of st r with
-  | None -> Array.make len None
-  | Some c -> Array.init len (fun i -> match c.(off + i) with Known (ch, _) -> Some ch | _ -> None)
 
 let pending_in st r off len =
   match cell_of st r with

@@ -133,7 +133,6 @@ val dev_last : state -> sym -> int
 
 val sub_value : state -> sym -> int option
 val is_host_mapping : state -> sym -> bool
-val is_lost : state -> sym -> bool
 
 (** [region_device st r]: the device a region is of. *)
 val region_device : state -> sym -> sym option
@@ -144,10 +143,6 @@ val region_size : state -> sym -> int option
 (** The bytes of the host pages a map_host region maps. *)
 val host_pages_of : state -> sym -> int option
 
-(** The regions a close frees, mappings first. *)
-val regions_of : state -> sym -> sym list
-
-val images_of : state -> sym -> sym list
 val image_device : state -> sym -> sym option
 val open_devices : state -> sym list
 
@@ -155,9 +150,6 @@ val open_devices : state -> sym list
 val faulting : state -> sym -> bool
 
 val opener_of : state -> sym -> int option
-
-(** The bytes a Write of a phase's step may put: none pending under them. *)
-val known_bytes : state -> sym -> int -> int -> char option array
 
 (** [show_bytes s]: [s] as a string of the scenario language, each byte
     outside printable ASCII as [\xHH]. *)

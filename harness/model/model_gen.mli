@@ -8,9 +8,3 @@
 
 (** [program rng ~phases] draws a program of at most [phases] phases. *)
 val program : Random.State.t -> phases:int -> Model.program
-
-(** [presumed st step]: the answer generation assumes (success). *)
-val presumed : Model.state -> Model.step -> Model.answer
-
-(** The steps of a program, in order. *)
-val steps : Model.program -> Model.step list
