@@ -117,8 +117,6 @@ module Make (P : Rig_edge.Package) = struct
               if commit then q.committed <- v;
               Submitted { value = v; growths }))
 
-  (* Poll the word for [ms], at most, until [until] holds. *)
-  let poll (kd : K.dev) ~ms until = K.poll_word kd ~ms until
 
   let close s (kd : K.dev) q ~drain =
     (* idle: what was committed has run; what was only encoded never will *)
@@ -138,7 +136,7 @@ module Make (P : Rig_edge.Package) = struct
       let word_after_stop = D.signaled kd.d in
       (* idle, the word had to read the last value as stop returned: no use waiting *)
       let remaining = int_of_float (Float.max 0. (q.busy_until -. now ()) *. 1000.) in
-      let w = if word_after_stop = kd.last || idle then word_after_stop else poll kd ~ms:(remaining + 1000) (fun w -> w = kd.last) in
+      let w = if word_after_stop = kd.last || idle then word_after_stop else K.poll_word kd ~ms:(remaining + 1000) (fun w -> w = kd.last) in
       if w <> kd.last then begin
         K.leave s kd;
         Closed { idle; stop_ms; word_after_stop; settled = None; late = None }
@@ -147,7 +145,7 @@ module Make (P : Rig_edge.Package) = struct
         (* the word passes on once it reads the last value: nothing may land after *)
         (* until the work submitted so far would have ended, and a little more *)
         let ms = 100 + int_of_float (Float.max 0. (q.busy_until -. now ()) *. 1000.) in
-        let after = poll kd ~ms (fun w -> w <> kd.last) in
+        let after = K.poll_word kd ~ms (fun w -> w <> kd.last) in
         K.release_dev s kd;
         Closed { idle; stop_ms; word_after_stop; settled = Some w; late = (if after <> kd.last then Some after else None) }
       end
