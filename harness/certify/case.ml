@@ -18,3 +18,6 @@ let injecting = ref false
 let calls = ref []
 let report_calls tally = calls := tally
 let reported_calls () = !calls
+let unjudged = ref []
+let report_unjudged l = unjudged := l
+let reported_unjudged () = !unjudged

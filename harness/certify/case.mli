@@ -39,3 +39,11 @@ val injecting : bool ref
 val report_calls : (string * int) list -> unit
 
 val reported_calls : unit -> (string * int) list
+
+(** [report_unjudged [(clause, why)]]: a case that ran says which of its
+    clauses it found nothing to judge in this run (a model program that
+    never got a map_host to succeed judges no MEM-7): those clauses take
+    no pass from the run. *)
+val report_unjudged : (string * string) list -> unit
+
+val reported_unjudged : unit -> (string * string) list

@@ -90,11 +90,18 @@ let verdicts ~cases ~selected results =
             | None ->
             let ran = List.filter (fun (r : Runner.result) -> checks c r.job.case) results in
             let applicable = List.filter (fun (r : Runner.result) -> match r.outcome with Not_applicable _ -> false | _ -> true) ran in
+            (* a run that found nothing of the clause to judge passes nothing *)
+            let unjudged, applicable = List.partition (fun (r : Runner.result) -> List.mem_assoc c.id r.unjudged) applicable in
             match (ran, applicable) with
             | [], _ -> line Unchecked "its cases did not run (interrupted)" None
-            | r :: _, [] ->
-                let why = match r.outcome with Not_applicable w -> w | _ -> "" in
-                line Na why None
+            | _, [] -> (
+                match List.find_map (fun (r : Runner.result) -> match r.outcome with Not_applicable w -> Some w | _ -> None) ran with
+                | Some why -> line Na why None
+                | None ->
+                    let r = List.hd unjudged in
+                    line Unchecked
+                      (Printf.sprintf "not judged: %s (case %s, seed %d)" (List.assoc c.id r.unjudged) r.job.case.name r.job.seed)
+                      None)
             | _ ->
                 let names = List.sort_uniq compare (List.map (fun (r : Runner.result) -> r.job.case.name) applicable) in
                 line Pass

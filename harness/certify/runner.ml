@@ -1,6 +1,6 @@
 (* Child processes for cases; see runner.mli.  The child writes its outcome
    on its channel as records "FINDING\tclause\tdetail", "NA\treason",
-   "ERROR\ttext", "CALLS\tfn\tn", then "DONE\tn" (n: the records before it);
+   "ERROR\ttext", "CALLS\tfn\tn", "UNJUDGED\tclause\twhy", then "DONE\tn" (n: the records before it);
    a batch writes "POINT\tinjection" before each point's records.  A child
    that ends without a DONE whose count matches crashed. *)
 
@@ -21,7 +21,7 @@ type outcome =
   | Hung of { fn : string; seconds : float }
   | Blocked of { fn : string; first : string }
 
-type result = { job : job; outcome : outcome; calls : (string * int) list; seconds : float }
+type result = { job : job; outcome : outcome; calls : (string * int) list; unjudged : (string * string) list; seconds : float }
 
 let run_args j =
   [ "run" ]
@@ -62,6 +62,7 @@ let child (drv : Drivers.t) j =
     with e -> say "ERROR\t%s" (clean (Printexc.to_string e)); 1
   in
   List.iter (fun (fn, n) -> say "CALLS\t%s\t%d" fn n) (Case.reported_calls ());
+  List.iter (fun (c, why) -> say "UNJUDGED\t%s\t%s" c (clean why)) (Case.reported_unjudged ());
   Channel.say_done ();
   code
 
@@ -90,6 +91,15 @@ let calls_of records =
     (fun l ->
       match String.split_on_char '\t' l with
       | [ "CALLS"; fn; n ] -> Option.map (fun n -> (fn, n)) (int_of_string_opt n)
+      | _ -> None)
+    records
+
+(* A case speaks only for its own clauses. *)
+let unjudged_of j records =
+  List.filter_map
+    (fun l ->
+      match String.split_on_char '\t' l with
+      | [ "UNJUDGED"; clause; why ] when List.mem clause j.case.Case.clauses -> Some (clause, why)
       | _ -> None)
     records
 
@@ -250,7 +260,7 @@ let collect ?overstay r ended ~timed_out =
       | Hung { fn; _ } when not (Hashtbl.mem hangs (hang_key j fn)) ->
           Hashtbl.replace hangs (hang_key j fn) (Printf.sprintf "case %s, seed %d" j.case.name j.seed)
       | _ -> ());
-      ([ (i, { job = j; outcome; calls = calls_of records; seconds }) ], [])
+      ([ (i, { job = j; outcome; calls = calls_of records; unjudged = unjudged_of j records; seconds }) ], [])
   | batch when overstay = None && (not timed_out) && (match ended with Some (Exited (0 | 1)) -> false | _ -> true) ->
       (* The batch failed after its points (at exit, say): each point again
          alone, so that the one to blame has its own verdict. *)
@@ -264,7 +274,7 @@ let collect ?overstay r ended ~timed_out =
         (fun (ok, again) (k, (i, j)) ->
           match List.nth_opt segs k with
           | Some seg when complete seg ->
-              ((i, { job = j; outcome = findings_of j seg; calls = calls_of seg; seconds = seconds /. float n }) :: ok, again)
+              ((i, { job = j; outcome = findings_of j seg; calls = calls_of seg; unjudged = unjudged_of j seg; seconds = seconds /. float n }) :: ok, again)
           | _ -> (ok, (i, j) :: again))
         ([], []) (List.mapi (fun k x -> (k, x)) batch)
       |> fun (ok, again) -> (List.rev ok, List.rev again)
@@ -321,7 +331,7 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
               (* The child could not even start (the program was replaced, no
                  processes left): a verdict on those runs, not the runner's end. *)
               List.iter
-                (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; seconds = 0. }))
+                (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; unjudged = []; seconds = 0. }))
                 next
       done;
       let now = Unix.gettimeofday () in

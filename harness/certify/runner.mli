@@ -34,6 +34,9 @@ type result = {
   job : job;
   outcome : outcome;
   calls : (string * int) list;  (** the calls per driver function the case reported *)
+  unjudged : (string * string) list;
+      (** the case's clauses it found nothing to judge in this run, and why
+          (Case.report_unjudged): they take no pass from it *)
   seconds : float;
 }
 

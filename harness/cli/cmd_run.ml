@@ -51,6 +51,7 @@ let run args =
     drv.reset ();
     apply_mutant drv o.mutant;
     Case.report_calls [];
+    Case.report_unjudged [];
     match (inject, drv.inject) with
     | None, _ -> ()
     | Some i, _ when Injection.async_at i <> None || Injection.wait_at i <> None ->

@@ -630,3 +630,44 @@ let postcond st { cmd; _ } answer =
             | None -> None)
       | None -> None)
   | _ -> None
+
+(* The clauses an answer gave [postcond] something to compare with: a
+   clause no step of a run judged was not checked by it, whatever the run
+   found (a driver without map_host passes no MEM-7 here). *)
+let judged st { cmd; _ } answer =
+  let dev d = find st.devs d in
+  let faulting d = match dev d with Some v -> v.faulting || v.faulted | None -> false in
+  let kind_clause = function K_alloc -> "MEM-2" | K_peer -> "MEM-5" | K_host -> "MEM-7" in
+  match (cmd, answer) with
+  | _, Skipped _ -> []
+  | Read { reg; off; len }, Bytes { host; _ } -> (
+      match (cell_of st reg, find st.regs reg) with
+      | Some c, Some g ->
+          let known = ref false in
+          for i = off to min (Array.length c) (off + len) - 1 do
+            match c.(i) with Known _ -> known := true | _ -> ()
+          done;
+          if not !known then []
+          else kind_clause g.kind :: (if host <> None then [ "MEM-7" ] else [])
+      | _ -> [])
+  | Load _, (Made | Refused _) -> [ "CODE-1" ]
+  | Entry { img; role }, Entry_answer _ ->
+      let prepared = match find st.imgs img with Some i -> List.mem role i.prepared | None -> false in
+      [ (if prepared then "CODE-6" else "CODE-2") ]
+  | Prepare { role = Absent_fn; _ }, _ -> [ "CODE-6" ]
+  | Submit _, Submitted { growths; _ } when growths > 0 -> [ "QUEUE-2" ]
+  | Submit _, Regrow _ -> [ "QUEUE-2" ]
+  | (Wait { dev = d; _ } | Sleep { dev = d; _ }), (Faulted _ | Timed_out _) when faulting d -> [ "TIME-5" ]
+  | Sleep { dev = d; _ }, Slept _ when (match dev d with Some v -> v.faulted | None -> false) -> [ "TIME-5" ]
+  | Sleep { dev = d; seen = Other; _ }, Slept _ when not (faulting d) -> [ "TIME-3" ]
+  | Sleep { dev = d; seen = Current; _ }, Slept { concurrent; _ } ->
+      let alone_ok = match dev d with Some v -> v.lone_sleep_ok | None -> false in
+      if concurrent then if alone_ok then [ "TIME-6" ] else [] else [ "TIME-4" ]
+  | Signaled d, Word _ when dev d <> None -> [ "TIME-1" ]
+  | Peer { dev; other }, Bool _ when find st.peers (pair dev other) <> None -> [ "MEM-4" ]
+  | Close { dev = d; _ }, Closed { idle; settled; _ } -> (
+      match dev d with
+      | Some v when v.confirmed > 0 ->
+          [ "STOP-5" ] @ (if idle then [ "STOP-3" ] else []) @ if settled <> None then [ "STOP-6" ] else []
+      | _ -> [])
+  | _ -> []

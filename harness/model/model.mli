@@ -122,6 +122,12 @@ val next_state : state -> step -> answer -> state
     [st] (before the step), as (clause, what was seen). *)
 val postcond : state -> step -> answer -> (string * string) option
 
+(** [judged st step answer]: the clauses the answer gave the postconditions
+    something to compare with (a read of bytes whose value is known, a
+    sleep that returned...).  A clause that no step of a run judged was
+    not checked by the run. *)
+val judged : state -> step -> answer -> string list
+
 (** The longest a sleep on the word as it reads may take and be in time
     (TIME-4), and a sleep on a value it does not read (TIME-3). *)
 val sleep_bound_ms : int -> float

@@ -67,13 +67,23 @@ let driver_case =
     let module E = Model_exec.Make (P) in
     let n = sequences () in
     let t0 = Unix.gettimeofday () in
+    let judged = ref [] in
+    let say_unjudged ran =
+      Case.report_unjudged
+        (List.filter_map
+           (fun c -> if List.mem c !judged then None else Some (c, spf "no step of the %d program(s) that ran gave it anything to judge" ran))
+           Model.clauses)
+    in
     let rec go i =
       if i >= n || (i > 0 && Unix.gettimeofday () -. t0 > drawing_seconds && Sys.getenv_opt "RIG_CONFORM_SEQUENCES" = None) then (
         if i < n then Printf.printf "model.driver: %d of %d programs ran within %.0f s\n" i n drawing_seconds;
+        say_unjudged i;
         Case.Ran [])
       else
         let program = Model_gen.program (Random.State.make [| seed; i |]) ~phases in
         let o = E.run program in
+        judged := List.sort_uniq compare (o.judged @ !judged);
+        if o.violation <> None then say_unjudged (i + 1);
         (* What the session's own watchdogs saw (a sleep or stop past 9 s):
            in a certification the call watch ends such a run first. *)
         List.iter (fun (f : Case.finding) -> Printf.printf "model.driver: the session: %s\n" f.detail) o.extra;

@@ -11,6 +11,7 @@ type outcome = {
   violation : violation option;
   extra : Case.finding list;
   applicable : string option;
+  judged : string list;
 }
 
 let now = Unix.gettimeofday
@@ -294,11 +295,12 @@ module Make (P : Rig_edge.Package) = struct
 
   let run program =
     Hashtbl.reset env;
-    let events = ref [] and violation = ref None in
+    let events = ref [] and violation = ref None and judged = ref [] in
     let start = now () in
     let ms () = (now () -. start) *. 1000. in
     let judge st ev =
       events := ev :: !events;
+      judged := List.sort_uniq compare (Model.judged st ev.step ev.answer @ !judged);
       (if !violation = None then
          match postcond st ev.step ev.answer with
          | Some (clause, detail) -> violation := Some { clause; detail; at = ev.step.id }
@@ -348,5 +350,5 @@ module Make (P : Rig_edge.Package) = struct
       | Case.Ran fs -> (fs, None)
       | Case.Not_applicable why -> ([], Some why)
     in
-    { events = List.rev !events; violation = !violation; extra; applicable }
+    { events = List.rev !events; violation = !violation; extra; applicable; judged = !judged }
 end

@@ -22,6 +22,7 @@ type outcome = {
   violation : violation option;  (** the first *)
   extra : Case.finding list;  (** what the session itself flagged (a watchdog) *)
   applicable : string option;  (** Some why: the driver lacks what every program needs *)
+  judged : string list;  (** the clauses some answer gave something to judge ({!Model.judged}) *)
 }
 
 (** The function name the model uses for a function no image has. *)

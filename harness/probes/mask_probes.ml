@@ -337,10 +337,10 @@ let cases =
     case "probe.SIG-7.finalisers-shielded" [ "SIG-7" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Finalisers (Pk) in
         M.run ~seed);
-    case "probe.LOCK-6.locate-peer-quiet" [ "LOCK-6"; "LOCK-5" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+    case "probe.locate-peer-quiet" [ "LOCK-6"; "LOCK-5" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Quiet (Pk) in
         M.run ~seed);
-    case "probe.LOCK-3.locks-counted" [ "LOCK-3"; "LOCK-9" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+    case "probe.locks-counted" [ "LOCK-3"; "LOCK-9" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Counted (Pk) in
         M.run ~seed);
   ]

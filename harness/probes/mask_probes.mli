@@ -20,12 +20,12 @@
       that allocate there without any rig_shield are a violation; a driver
       none of whose finalisers allocate is n/a.  Exit handlers are not
       reached (they run only as the process exits).
-    - [probe.LOCK-3.locks-counted]: the same functions called as rig does;
+    - [probe.locks-counted]: the same functions called as rig does;
       at each allocation inside them where rig_holds () is 0, the thread
       asks alloc (then free) of the same device: a lock of the driver's held
       there uncounted makes that take raise Sys_error (OCaml 5's mutexes
       refuse a re-take by their owner) or hang (the runner's timeout).
-    - [probe.LOCK-6.locate-peer-quiet]: locate and peer on an idle device,
+    - [probe.locate-peer-quiet]: locate and peer on an idle device,
       with work in flight and after stop, inside a counted lock and outside:
       no counted lock taken, no wait entered
       ({!Rig_edge_primitives.activity}), no exception.  A locate or peer
