@@ -5,6 +5,7 @@ fails the clause that bounds the call that hung (a spinning locate LOCK-6's,
 a stop that never returns STOP-2's), so --only selects those."""
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -44,3 +45,23 @@ def test_a_crash_or_a_hang_is_a_verdict_and_the_report_is_whole(plugin, driver, 
     assert [c["id"] for c in data["clauses"]] == ids
     fails = [c for c in data["clauses"] if c["verdict"] == "fail"]
     assert fails and all(DRIVERS[driver] in c["evidence"] and c["repro"] for c in fails)
+
+
+def test_a_crash_that_does_not_come_again_passes_nothing_and_fails_nothing(plugin, tmp_path):
+    # crashing-once aborts in the first stop of the whole certification only:
+    # that case runs again, cleanly, and its clauses are unchecked.
+    report = tmp_path / "r.json"
+    env = {**os.environ, "CRASHING_ONCE_MARK": str(tmp_path / "mark")}
+    proc = subprocess.run(
+        [ensure_rig(), "certify", "--plugin", plugin, "--driver", "crashing-once", "--no-sweep", "--no-color",
+         "--seeds", "1", "-j", "1", "--only", "STOP-2,STOP-3", "--report", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT, env=env,
+    )
+    data = json.loads(report.read_text())
+    once = [r for r in data["runs"] if r["outcome"] == "crash-once"]
+    assert len(once) == 1, proc.stdout[-3000:]
+    assert not [r for r in data["runs"] if r["outcome"] == "crash"], proc.stdout[-3000:]
+    verdict = {c["id"]: c for c in data["clauses"]}
+    crashed = [c for c in verdict.values() if "crashed once" in c["evidence"]]
+    assert crashed and all(c["verdict"] == "unchecked" and "killed by SIGABRT in stop" in c["evidence"] for c in crashed)
+    assert all(verdict[i]["verdict"] != "fail" for i in ("STOP-2", "STOP-3")), proc.stdout[-3000:]

@@ -6,10 +6,14 @@
    - crashing-locate-spins: locate never returns;
    - crashing-stop-hangs: stop never returns;
    - crashing-exit-aborts: each opener's make registers an exit handler
-     that aborts the process, after the case has ended. *)
+     that aborts the process, after the case has ended;
+   - crashing-once: the first stop of all the processes that share the
+     file $CRASHING_ONCE_MARK aborts, no later one (a crash that does not
+     come again when its case runs again). *)
 
 external segfault : unit -> unit = "crashing_segfault"
 external abort : unit -> unit = "crashing_abort"
+external first : string -> bool = "crashing_first"
 
 let rec forever () = Thread.yield (); forever ()
 
@@ -32,6 +36,14 @@ let () =
     (module struct
       include Hostmem.D
       let stop _ ~fault:_ = abort ()
+    end);
+  register "crashing-once"
+    (module struct
+      include Hostmem.D
+      let stop d ~fault =
+        match Sys.getenv_opt "CRASHING_ONCE_MARK" with
+        | Some mark when first mark -> abort ()
+        | _ -> Hostmem.D.stop d ~fault
     end);
   register "crashing-locate-spins"
     (module struct

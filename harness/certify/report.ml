@@ -29,8 +29,9 @@ let hang_fails (c : Catalog.clause) (r : Runner.result) fn =
 let stuck_call limit = function Some (fn, s) when s >= Float.max 1. (limit /. 2.) -> Some fn | _ -> None
 
 (* What a result says against a clause, if anything. *)
-let against (c : Catalog.clause) (r : Runner.result) =
+let rec against (c : Catalog.clause) (r : Runner.result) =
   match r.outcome with
+  | Crashed_once { again; _ } -> against c { r with outcome = again }
   | Findings fs ->
       List.find_map
         (fun (f : Case.finding) ->
@@ -53,6 +54,9 @@ let blocked (c : Catalog.clause) (r : Runner.result) =
   if not (checks c r.job.case) then None
   else
     match r.outcome with
+    | Crashed_once { how; _ } ->
+        Some (Printf.sprintf "case %s crashed once (%s), and not when run again: that says nothing of its clauses"
+                r.job.case.name how)
     | Hung { fn; _ } when clause_of_hang fn <> None && clause_of_hang fn <> Some c.id ->
         Some (Printf.sprintf "blocked: %s did not return in case %s (%s)" fn r.job.case.name
                 (Option.get (clause_of_hang fn)))
@@ -188,6 +192,7 @@ let run_json (r : Runner.result) =
           | None -> [] )
     | Hung { fn; _ } -> ("hang", match clause_of_hang fn with Some k -> [ k ] | None -> r.job.case.clauses)
     | Blocked _ -> ("blocked", [])
+    | Crashed_once _ -> ("crash-once", [])
   in
   let opt = function Some s -> json_string s | None -> "null" in
   Printf.sprintf

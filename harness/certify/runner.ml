@@ -20,6 +20,7 @@ type outcome =
   | Timed_out of { limit : float; running : string option; stuck : (string * float) option }
   | Hung of { fn : string; seconds : float }
   | Blocked of { fn : string; first : string }
+  | Crashed_once of { how : string; again : outcome }
 
 type result = { job : job; outcome : outcome; calls : (string * int) list; unjudged : (string * string) list; seconds : float }
 
@@ -295,7 +296,22 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
   let running = ref [] in
   let finished = ref 0 in
   let timed_out_cases = Hashtbl.create 8 in
-  let finish (i, res) =
+  (* A run that crashed runs once more: a crash that does not come again
+     (a heap the driver corrupted, seen at a later allocation) shows no
+     violation of the case's clauses, and passes none of them either. *)
+  let crashed_first = Hashtbl.create 4 in
+  let rec finish ?(retry = false) (i, res) =
+    match (res.outcome, Hashtbl.find_opt crashed_first i) with
+    | Crashed _, None when retry && res.job.inject = None && not (stop ()) ->
+        Hashtbl.replace crashed_first i res;
+        queue := [ (i, res.job) ] :: !queue
+    | Crashed how, Some _ -> record (i, { res with outcome = Crashed (how ^ " (and again when run a second time)") })
+    | again, Some first -> (
+        match first.outcome with
+        | Crashed how -> record (i, { res with outcome = Crashed_once { how; again } })
+        | _ -> record (i, res))
+    | _, None -> record (i, res)
+  and record (i, res) =
     results.(i) <- Some res;
     (match res.outcome with
     | (Timed_out _ | Hung _ | Blocked _) when res.job.inject = None ->
@@ -305,7 +321,7 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
     progress !finished res.job
   in
   let settle (done_, again) =
-    List.iter finish done_;
+    List.iter (finish ~retry:true) done_;
     queue := List.map (fun x -> [ x ]) again @ !queue
   in
   (* Another seed of a case that hung would only hang as long again. *)
@@ -367,6 +383,8 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
     end
   done;
   end_strays [];
+  (* interrupted before a second run of a crash ended: the crash stands *)
+  Hashtbl.iter (fun i first -> if results.(i) = None then results.(i) <- Some first) crashed_first;
   Array.to_list results |> List.filter_map Fun.id
 
 let run_command ~args ~limit =

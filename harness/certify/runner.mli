@@ -29,6 +29,11 @@ type outcome =
       (** killed when [fn], which had already hung in the run [first] ("case
           C, seed S"), had been in flight past {!known_hang_limit}: the case
           could not run to its end, and says nothing of its clauses *)
+  | Crashed_once of { how : string; again : outcome }
+      (** it crashed ([how]), and run a second time it did not ([again]:
+          what that run found): a crash that does not come again (a heap the
+          driver corrupted, noticed at some later allocation) shows no
+          violation of the case's clauses, nor does it pass them *)
 
 type result = {
   job : job;
@@ -54,7 +59,9 @@ val run_args : job -> string list
     that had ended answered (crashes and timeouts included).  A case that
     ran past its limit on one seed is not run on its other seeds (it fails
     already; another seed would only wait as long again), nor is one that
-    hung or was blocked.
+    hung or was blocked.  A run that crashed (without an injection) runs
+    once more, and ends as [Crashed] if it crashes again, else as
+    [Crashed_once].
 
     While a child runs, the driver calls in flight are watched (Call_trace):
     a call in flight past its {!call_limit} ends the run as [Hung]; a function

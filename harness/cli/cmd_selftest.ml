@@ -53,7 +53,7 @@ let main args =
   List.iter
     (fun (r : Runner.result) ->
       match r.outcome with
-      | Findings (_ :: _) | Crashed _ | Timed_out _ | Hung _ | Blocked _ -> Printf.printf "  conforming failure: %s\n" (Runner.replay r.job)
+      | Findings (_ :: _) | Crashed _ | Crashed_once _ | Timed_out _ | Hung _ | Blocked _ -> Printf.printf "  conforming failure: %s\n" (Runner.replay r.job)
       | _ -> ())
     conforming;
   let row_json (m, clause, what, side, caught, flagged, _) =

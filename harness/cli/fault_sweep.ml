@@ -48,7 +48,7 @@ let report_sweep (o : Cli.opts) ~cases ~selected ~report results =
   let failures =
     List.filter
       (fun (r : Runner.result) ->
-        match r.outcome with Findings (_ :: _) | Crashed _ | Timed_out _ | Hung _ | Blocked _ -> true | _ -> false)
+        match r.outcome with Findings (_ :: _) | Crashed _ | Crashed_once _ | Timed_out _ | Hung _ | Blocked _ -> true | _ -> false)
       results
   in
   List.iter
@@ -57,6 +57,7 @@ let report_sweep (o : Cli.opts) ~cases ~selected ~report results =
         match r.outcome with
         | Findings fs -> String.concat "; " (List.map (fun (f : Case.finding) -> f.clause ^ ": " ^ f.detail) fs)
         | Crashed how -> "crashed: " ^ how
+        | Crashed_once { how; _ } -> "crashed once, not when run again: " ^ how
         | Timed_out { limit; running; _ } ->
             Printf.sprintf "killed after %.0f s%s" limit (match running with Some w -> " " ^ w | None -> "")
         | Hung { fn; seconds } -> Printf.sprintf "%s did not return within %.0f s" fn seconds
