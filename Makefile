@@ -37,8 +37,12 @@ certify-hostmem: build
 selftest: build
 	$(RIG_CONFORM) selftest --seeds 20 -j $(J)
 
+# The suite mostly waits (children, the document's bounds): its tests run on
+# PYTEST_WORKERS processes at once (pytest-xdist); PYTEST_WORKERS=0 runs them
+# in this one.
+PYTEST_WORKERS ?= 4
 pytest: build
-	$(PYTEST) -q tests
+	$(PYTEST) -q -n $(PYTEST_WORKERS) tests
 
 ## unit: the components' own tests (dune test: the fake driver's smoke test)
 unit: build

@@ -9,6 +9,8 @@ build's output.
 The binary can be overridden with the RIG_CONFORM environment variable.
 """
 
+import contextlib
+import fcntl
 import functools
 import os
 import re
@@ -26,6 +28,17 @@ CLAUSES_TSV = ROOT / "spec" / "clauses.tsv"
 RUN_TIMEOUT = 120
 CERTIFY_TIMEOUT = 600
 BUILD_TIMEOUT = 3600
+
+
+@contextlib.contextmanager
+def build_lock():
+    """One build (dune, or make that calls it) at a time in this tree, across
+    pytest-xdist's workers: dune refuses to start while another holds
+    _build."""
+    ROOT.joinpath("out").mkdir(exist_ok=True)
+    with open(ROOT / "out" / ".test-build.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 class RigError(Exception):
@@ -46,13 +59,14 @@ def ensure_rig() -> str:
     if os.environ.get("RIG_CONFORM"):
         raise RigError(f"RIG_CONFORM={rig} is not an executable file")
     try:
-        proc = subprocess.run(
-            ["make", "build"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT,
-        )
+        with build_lock():
+            proc = subprocess.run(
+                ["make", "build"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT,
+            )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise RigError(f"`make build` in {ROOT} could not run: {e}") from e
     if proc.returncode != 0 or not (rig.is_file() and os.access(rig, os.X_OK)):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import build_lock
+
 ROOT = Path(__file__).resolve().parent.parent
 FUZZER = ROOT / "out" / "fuzz" / "room_grow_fuzz"
 CORPUS = ROOT / "fuzz" / "corpus" / "room_grow"
@@ -35,7 +37,8 @@ MUTANTS = {
 
 @pytest.fixture(scope="module")
 def fuzzer():
-    proc = subprocess.run(["make", "-s", "fuzz-build"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    with build_lock():
+        proc = subprocess.run(["make", "-s", "fuzz-build"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert FUZZER.is_file()
     return str(FUZZER)

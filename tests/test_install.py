@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, build_lock
 
 DOC = ROOT / "docs" / "writing-a-driver.md"
 TIMEOUT = 900
@@ -57,7 +57,8 @@ def run(cmd, cwd, env=None):
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     prefix = tmp_path_factory.mktemp("prefix")
-    code, out = run(["make", "-s", "install", f"PREFIX={prefix}"], ROOT)
+    with build_lock():
+        code, out = run(["make", "-s", "install", f"PREFIX={prefix}"], ROOT)
     assert code == 0, out
     return prefix
 

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import build_lock
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def make(target, timeout):
-    proc = subprocess.run(["make", "-s", target], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    with build_lock():
+        proc = subprocess.run(["make", "-s", target], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr
 
 

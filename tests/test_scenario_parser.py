@@ -27,6 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import build_lock
+
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "harness" / "scenario"
 SCN_CHECK = ROOT / "_build" / "default" / "harness" / "scenario" / "scn_check.exe"
@@ -432,8 +434,9 @@ def test_mutated_full_example_never_crashes(driver, tmp_path, cut, junk, keep):
 @pytest.fixture(scope="module")
 def scn_check():
     if not SCN_CHECK.is_file():
-        proc = subprocess.run(["make", "build"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT)
+        with build_lock():
+            proc = subprocess.run(["make", "build"], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=BUILD_TIMEOUT)
         assert SCN_CHECK.is_file(), (proc.stdout + proc.stderr)[-3000:]
     return SCN_CHECK
 

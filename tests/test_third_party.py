@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ensure_rig, parse_list
+from conftest import ROOT, build_lock, ensure_rig, parse_list
 
 BUILD_TIMEOUT = 1800
 CERTIFY_TIMEOUT = 600
@@ -66,14 +66,15 @@ def build_plugins(paths):
     tools/setup.sh names; answers the paths relative to _build/default."""
     ensure_rig()
     targets = [t.replace("_build/default/", "", 1) for t in paths]
-    proc = subprocess.run(
-        ["dune", "build", *targets],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-        env=ocaml_env(),
-    )
+    with build_lock():
+        proc = subprocess.run(
+            ["dune", "build", *targets],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT,
+            env=ocaml_env(),
+        )
     assert proc.returncode == 0, f"dune build of the plugins failed:\n{(proc.stdout + proc.stderr)[-4000:]}"
     return targets
 

@@ -22,7 +22,7 @@ apt_install() { # the Debian packages of "$@" that are not installed yet
   $sudo apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $need_pkgs >&2
 }
-apt_install ocaml-dune python3-pytest python3-hypothesis clang libclang-rt-14-dev make gcc
+apt_install ocaml-dune python3-pytest python3-pytest-xdist python3-hypothesis clang libclang-rt-14-dev make gcc
 
 ocaml_ok() { # $1: an ocamlfind-free ocamlc; true when it is >= 5.1
   v=$("$1" -version 2>/dev/null) || return 1
