@@ -110,6 +110,7 @@ struct fake_dev {
   int stopping;
   int64_t commit_hold_ms; /* fake_set_commit_hold */
   int committing;         /* commits in flight (sleep-awaits-commit mutant) */
+  int sleeping;           /* sleeps in flight (submit-awaits-sleep mutant) */
   int worker_writes_last;
   uint64_t last_value;
   unsigned long allocs;      /* alloc-overlap mutant */
@@ -993,11 +994,20 @@ out:
   return answer;
 }
 
+/* The submit-awaits-sleep mutant: as if sleep kept a lock of the queue
+   across its wait, which submit and commit take. */
+static void await_sleeps(struct fake_dev *d) {
+  if (!mutant(d, FAKE_M_SUBMIT_AWAITS_SLEEP)) return;
+  struct timespec cap = deadline_in(FAKE_CAP_MS);
+  while (d->sleeping && !d->stopping && !passed(&cap)) wait_until(d, &cap);
+}
+
 static int q_submit(void *dev, const struct rig_submission *s, uint64_t value) {
   struct fake_dev *d = dev;
   uint32_t n = slots_of(s);
   int rc = -1;
   dev_lock(d);
+  await_sleeps(d);
   if (d->stopping) goto out;
   d->last_value = value; /* also when this submit fails (STOP-3) */
   if (injected(d, FAKE_INJ_SUBMIT)) goto out;
@@ -1030,6 +1040,7 @@ static int q_commit(void *dev) {
   struct fake_dev *d = dev;
   int rc = -1;
   dev_lock(d);
+  await_sleeps(d);
   if (d->stopping || injected(d, FAKE_INJ_COMMIT)) goto out;
   d->committing++;
   struct fake_thread *t = thread_find(d);
@@ -1113,6 +1124,7 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
   if (mutant(d, FAKE_M_SLEEP_OVERSTAYS)) still_ms = FAKE_CAP_MS;
   struct timespec t = deadline_in(still_ms);
   dev_lock(d);
+  d->sleeping++;
   if (mutant(d, FAKE_M_SLEEP_AWAITS_COMMIT)) {
     /* As if sleep and commit shared a lock commit keeps while it runs. */
     struct timespec cap = deadline_in(FAKE_CAP_MS);
@@ -1140,6 +1152,8 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
     if (passed(&t) || d->stopping) break;
     wait_until(d, &t);
   }
+  d->sleeping--;
+  pthread_cond_broadcast(&d->cv);
   dev_unlock(d);
   return faulted;
 }

@@ -65,6 +65,7 @@ let mutant_table =
     ("signaled-low-word", "TIME-1", "signaled answers the word's low 32 bits", 49);
     ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
     ("sleep-awaits-commit", "TIME-6", "sleep first waits until no commit of the device runs (3000 ms cap)", 45);
+    ("submit-awaits-sleep", "TIME-6", "submit and commit first wait until no sleep of the device waits (3000 ms cap)", 66);
     (* OCaml side only (fake_core.c ignores these codes): the locks of alloc. *)
     ("unlock-by-hand", "ASYNC-2", "alloc counts and takes a lock by hand and gives it back after the call, not in a handler", 30);
     ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);

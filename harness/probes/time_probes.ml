@@ -200,10 +200,73 @@ let time6_sleep_during_submit (module P : Package) ~seed =
         raise (Skip (spf "no sleep overlapped a submit or commit in %d submissions" rounds));
       ignore (K.wait_value s dev dev.last ~ms:3000))
 
+(* TIME-6, the other way round: a submit and commit made while a sleep of
+   the device waits must not wait for that sleep (a lock the sleep keeps
+   across its wait, which submit needs).  A sleep on the word as it reads,
+   for [time6_beside_ms]; once it is in flight (its call traced as
+   started), another thread submits and commits a Fill.  Judged twice:
+   each time, the submit returned as the sleep did (within 250 ms), and
+   took most of still_ms longer than one alone. *)
+let time6_beside_ms = 1500
+
+let time6_submit_beside_sleep (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"TIME-6" ~seed (fun s ->
+      let dev = K.open_first s in
+      let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      let submit_ms () =
+        let t0 = now () in
+        (match K.submit dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] with
+        | Ok v -> ignore (K.wait_value s dev v ~ms:3000)
+        | Error e -> raise (Skip (spf "setup: a Fill: %s" e)));
+        (now () -. t0) *. 1000.
+      in
+      (* what the submit itself takes, alone: the fastest of three *)
+      let alone = List.fold_left Float.min infinity (List.init 3 (fun _ -> submit_ms ())) in
+      let one_try () =
+        let w = P.D.signaled dev.d in
+        let slept_end = Atomic.make 0. and started = Atomic.make false in
+        let sleeper =
+          Thread.create
+            (fun () ->
+              Atomic.set started true;
+              ignore (K.sleep s dev ~seen:w ~still_ms:time6_beside_ms ~bound_ms:(time6_beside_ms + 8000));
+              Atomic.set slept_end (now ()))
+            ()
+        in
+        while not (Atomic.get started) do Thread.yield () done;
+        (* into its wait: the sleep blocks for 1.5 s on a driver that sees no change *)
+        Thread.delay 0.1;
+        let t0 = now () in
+        let v = match K.submit dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] with
+          | Ok v -> v
+          | Error e -> raise (Skip (spf "setup: a Fill beside a sleep: %s" e))
+        in
+        let t1 = now () in
+        Thread.join sleeper;
+        ignore (K.wait_value s dev v ~ms:3000);
+        let took = (t1 -. t0) *. 1000. in
+        let ended = Atomic.get slept_end in
+        if ended > 0. && ended < t0 then `Not_beside
+        else if took > alone +. (0.5 *. float_of_int time6_beside_ms) && Float.abs (t1 -. ended) < 0.25 then `Waited took
+        else `Fine
+      in
+      match one_try () with
+      | `Not_beside -> raise (Skip "the sleep returned before the submit began")
+      | `Fine -> ()
+      | `Waited a -> (
+          match one_try () with
+          | `Waited b ->
+              K.flag s
+                "a submit and commit made while a sleep ~still_ms:%d of the device waited returned only as that sleep did, %.0f and %.0f ms after they began (%.0f ms alone): they waited for the sleep"
+                time6_beside_ms a b alone
+          | _ -> ()))
+
 let cases =
   [
     case "probe.TIME-3.early-return" "TIME-3" time3_early_return;
     case "probe.TIME-4.bounded-sleep" "TIME-4" time4_bounded_sleep;
     case "probe.TIME-5.fault-sticks" "TIME-5" time5_fault_sticks;
     case "probe.TIME-6.sleep-during-submit" "TIME-6" time6_sleep_during_submit;
+    case "probe.TIME-6.submit-beside-sleep" "TIME-6" time6_submit_beside_sleep;
   ]
