@@ -161,6 +161,12 @@ CONFORMING = {
 # The certifier's misjudgements: driver -> what it said.  The expectation
 # above stays; the mark comes off once the certifier is fixed.
 MISJUDGED = {
+    # Its allocation between the take and the handler is the C allocation
+    # of `^`: on OCaml 5.3 native code an exception a Memprof callback
+    # raises for it surfaces only at a later poll point, once the handler is
+    # in place (a standalone program shows it), and a signal's handler runs
+    # only at poll points too, none of which lies in that window.  The rule
+    # is one of the source's shape; a run cannot reach the window.
     'bs-entry-alloc-after-take': 'missed: ASYNC-2 pass (no violation in 7 run(s) of async.rig.alloc-rounding, async.rig.entry-invalid, async.rig.fault, async.rig.free...) [also with async-sweep: 293 runs, entry:1:async@1 included, pass]',
     # Its submit fails only without a RIG_ROOM before it on the thread, or
     # with a part of no known op: calls rig promises never to make
