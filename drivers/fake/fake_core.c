@@ -1009,7 +1009,7 @@ static int q_submit(void *dev, const struct rig_submission *s, uint64_t value) {
   dev_lock(d);
   await_sleeps(d);
   if (d->stopping) goto out;
-  d->last_value = value; /* also when this submit fails (STOP-3) */
+  if (!mutant(d, FAKE_M_FAILED_SUBMIT_FORGOTTEN)) d->last_value = value; /* also when this submit fails (STOP-3) */
   if (injected(d, FAKE_INJ_SUBMIT)) goto out;
   struct fake_thread *t = thread_find(d);
   if (!t || t->reserved < n || d->free_count < n) goto out;
@@ -1030,6 +1030,7 @@ static int q_submit(void *dev, const struct rig_submission *s, uint64_t value) {
       t->enc_head = node;
     t->enc_tail = node;
   }
+  if (mutant(d, FAKE_M_FAILED_SUBMIT_FORGOTTEN)) d->last_value = value;
   rc = 0;
 out:
   dev_unlock(d);

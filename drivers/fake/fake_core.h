@@ -68,7 +68,8 @@ enum fake_mutant {
   FAKE_M_SLEEP_SETTLES = 60,     /* TIME-3: sleep waits 50 ms before it looks at the word */
   FAKE_M_MAP_PEER_ONE_WINDOW = 62, /* MEM-5: a map_peer unmaps the device's previous peer mapping */
   FAKE_M_SLEEP_WAITS_TWICE = 61, /* TIME-4: a sleep that saw nothing in still_ms waits still_ms again */
-  FAKE_M_SUBMIT_AWAITS_SLEEP = 66 /* TIME-6: submit and commit first wait until no sleep of the device waits */
+  FAKE_M_SUBMIT_AWAITS_SLEEP = 66, /* TIME-6: submit and commit first wait until no sleep of the device waits */
+  FAKE_M_FAILED_SUBMIT_FORGOTTEN = 67 /* STOP-3: a submit that fails does not record its value */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

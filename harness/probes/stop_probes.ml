@@ -83,6 +83,29 @@ let stop3_running (module P : Package) ~seed =
         K.flag s "%d ms after stop (work spinning %d ms), the word reads %d, not the last value %d given to submit"
           (ms + 3000) ms w v)
 
+(* STOP-3, "also when that submit failed": with no work running, a submit
+   fails, and stop must still write its value.  Only a driver whose
+   failures the harness can arm (the fake's injection) is asked; on
+   another, whatever makes its submit fail is its own, and rig makes no
+   call that must fail (rig_edge.h: submit follows a RIG_ROOM). *)
+let stop3_failed_submit (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-3" ~seed (fun s ->
+      if P.name <> Fake.name then raise (Skip "the harness can make only the fake's submit fail");
+      let dev = K.open_first s in
+      let n = word * (1 + K.int s 256) in
+      let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+      let done_v = K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill" in
+      Fake.inject ~fn:"submit" ~nth:1 `Fail;
+      (match K.submit dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] with
+      | Ok _ -> raise (Skip "setup: the armed failure of submit did not come")
+      | Error _ -> ());
+      let v = dev.last in
+      ignore (K.stop s dev ~bound_ms:9000);
+      let w = P.D.signaled dev.d in
+      if w <> v && w >= done_v then
+        K.flag s "right after stop returned, with no work running, the word reads %d, not the value %d given to the submit that failed" w v)
+
 (* STOP-4: work encoded but not committed does not run at stop. *)
 let stop4_drop_encoded (module P : Package) ~seed =
   let module K = Kit (P) in
@@ -248,6 +271,7 @@ let cases =
     case "probe.STOP-2.no-wait" "STOP-2" stop2_no_wait;
     case "probe.STOP-3.uncommitted" "STOP-3" stop3_uncommitted;
     case "probe.STOP-3.running" "STOP-3" stop3_running;
+    case "probe.STOP-3.failed-submit" "STOP-3" stop3_failed_submit;
     case "probe.STOP-4.drop-encoded" "STOP-4" stop4_drop_encoded;
     case "probe.STOP-5.keeps-word" "STOP-5" stop5_keeps;
     case "probe.STOP-6.no-late-write" "STOP-6" stop6_no_late_write;
