@@ -10,7 +10,7 @@ below (other clauses may be `unchecked`: runs ended by the hang are blocked).
 
 | driver                | what it does                                     | clause | the sentence of the document it breaks |
 |-----------------------|--------------------------------------------------|--------|----------------------------------------|
-| blind-sleep-forever   | sleep ignores still_ms while the word stays      | TIME-4 | "sleep d ~seen ~still_ms blocks ... until the word differs from seen, and must return, or raise Fault, at the latest after still_ms milliseconds." |
+| blind-sleep-forever   | sleep ignores still_ms while the word stays      | TIME-4 (and TIME-5, below) | "sleep d ~seen ~still_ms blocks ... until the word differs from seen, and must return, or raise Fault, at the latest after still_ms milliseconds." |
 | blind-stop-forever    | stop, with work running, waits on a condition    | STOP-2 | "stop d ~fault stops the lost d and must not wait for its work." |
 |                       | nobody signals                                   |        |                                        |
 | blind-signaled-blocks | signaled waits for the word to change            | TIME-1 | "rig may call it while it holds a lock of its own, so it must not block or call rig." |
@@ -44,8 +44,12 @@ HOSTMEM = ROOT / "_build" / "default" / "drivers" / "hostmem" / "hostmem.cmxs"
 # Only a guard against a hung certifier: no verdict depends on it.
 HANG_GUARD = 600
 
+# A clause or a set of them: blind-sleep-forever also breaks TIME-5, which
+# its author did not mean ("sleep raises Fault once the device has
+# faulted"): its sleep returns on a word that differs from seen without
+# looking for a fault (probe.TIME-5.fault-sticks shows it).
 BROKEN = {
-    "blind-sleep-forever": "TIME-4",
+    "blind-sleep-forever": {"TIME-4", "TIME-5"},
     "blind-stop-forever": "STOP-2",
     "blind-signaled-blocks": "TIME-1",
     "blind-locate-sleeps": "LOCK-6",
@@ -116,7 +120,8 @@ def hostmem(tmp_path_factory):
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     data = certify(BLIND, driver, tmp_path)
     failed = {i for i, v in verdicts(data).items() if v == "fail"}
-    assert failed == {BROKEN[driver]}, explain(data, failed | {BROKEN[driver]})
+    expected = BROKEN[driver] if isinstance(BROKEN[driver], set) else {BROKEN[driver]}
+    assert failed == expected, explain(data, failed | expected)
 
 
 @pytest.mark.parametrize("driver", CONFORMING)

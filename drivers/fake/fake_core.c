@@ -1138,6 +1138,7 @@ int fake_sleep(struct fake_dev *d, uint64_t seen, int64_t still_ms) {
   }
   int again = mutant(d, FAKE_M_SLEEP_WAITS_TWICE);
   for (;;) {
+    if (mutant(d, FAKE_M_SLEEP_WORD_FIRST) && fake_dev_word(d) != seen) break;
     if (d->faulted && !(mutant(d, FAKE_M_SLEEP_CONSUMES_FAULT) && d->fault_reported)) {
       d->fault_reported = 1;
       faulted = 1;

@@ -52,6 +52,7 @@ let mutant_table =
     ("sleep-settles", "TIME-3", "sleep first waits 50 ms (for completions to settle), also when the word already differs", 60);
     ("sleep-waits-twice", "TIME-4", "a sleep that saw no change in still_ms waits still_ms once more", 61);
     ("sleep-consumes-fault", "TIME-5", "only the first sleep after a fault raises Fault", 14);
+    ("sleep-word-first", "TIME-5", "sleep returns when the word differs from seen before it looks for a fault", 68);
     ("stop-waits", "STOP-2", "stop waits for the running work to finish (3000 ms cap)", 15);
     ("stop-drains-briefly", "STOP-2", "stop waits for the running work to finish, 1000 ms at most", 54);
     ("stop-no-last-value", "STOP-3", "stop never writes the last value when no work runs", 16);

@@ -124,12 +124,17 @@ let time5_fault_sticks (module P : Package) ~seed =
       match first () with
       | None -> K.flag s "sleep did not raise Fault within 3 s of a launch of the fault function %S" fault
       | Some why ->
+          (* Every later sleep, also one whose seen the word no longer
+             reads: "sleep raises Fault once the device has faulted". *)
           let again = 3 + K.int s 3 in
           for k = 1 to again do
-            match K.sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:20 ~bound_ms:9000 with
+            let w = P.D.signaled dev.d in
+            let seen = if k mod 2 = 0 then w + 1 + K.int s 1000 else w in
+            let which = if seen = w then spf "~seen:%d, the word" w else spf "~seen:%d, a value the word (%d) does not read" seen w in
+            match K.sleep s dev ~seen ~still_ms:20 ~bound_ms:9000 with
             | K.Faulted _ -> ()
-            | K.Returned -> K.flag s "sleep call %d after the Fault (%s) returned instead of raising Fault" k why
-            | K.Other e -> K.flag s "sleep call %d after the Fault (%s) raised %s instead of Fault" k why (Printexc.to_string e)
+            | K.Returned -> K.flag s "sleep call %d after the Fault (%s), %s, returned instead of raising Fault" k why which
+            | K.Other e -> K.flag s "sleep call %d after the Fault (%s), %s, raised %s instead of Fault" k why which (Printexc.to_string e)
           done)
 
 (* TIME-6: sleep called while another thread's submit or commit runs
