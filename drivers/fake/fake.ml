@@ -409,6 +409,7 @@ module D = struct
         let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
         let wait () =
           if t.mut = m_sleep_fault_unblocked then c_sleep_fault_unblocked t.dev seen still_ms
+          else if t.mut = m_sleep_wait_masked then step t.dev seen still_ms
           else P.wait (fun () -> step t.dev seen still_ms)
         in
         let faulted =

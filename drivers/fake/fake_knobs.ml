@@ -78,6 +78,7 @@ let mutant_table =
     ("openers-cached", "LOCK-4", "the capability keeps its list from the first call and answers later calls from it without the check of rig_holds ()", 47);
     ("make-in-lock", "LOCK-4", "an opener's make opens a device also when called inside a lock", 34);
     ("sleep-unmasks", "SIG-2", "sleep unblocks every signal for its whole run, not only around its wait", 35);
+    ("sleep-wait-masked", "SIG-2", "sleep blocks in its C step without Rig_edge_primitives.wait: rig's signals stay blocked for the whole wait", 69);
     ("sleep-fault-unblocked", "SIG-2", "sleep's wait calls rig_block after its blocking step only when it saw no fault: a sleep that raises Fault leaves signals unblocked", 65);
     ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
@@ -132,6 +133,7 @@ let m_signaled_low_word = 49
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64
 let m_sleep_fault_unblocked = 65
+let m_sleep_wait_masked = 69
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

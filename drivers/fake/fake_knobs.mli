@@ -55,6 +55,7 @@ val m_signaled_low_word : int
 val m_alloc_not_reentrant : int
 val m_signaled_try_lock : int
 val m_sleep_fault_unblocked : int
+val m_sleep_wait_masked : int
 val m_locate_waits : int
 val m_finaliser_unshielded : int
 val m_lock_uncounted : int

@@ -290,7 +290,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     let get name = function Ok v -> v | Error e -> raise (Skip (spf "%s raised %s" name (Printexc.to_string e))) in
     let d = get "make" (call "make" o.make) in
     let last = ref 0 in
-    let regions = ref [] and images = ref [] in
+    let regions = ref [] and images = ref [] and shut = ref [] in
     let finish () =
       ignore (call "stop" (fun () -> D.stop d ~fault:None));
       close d ~regions:!regions ~images:!images !last
@@ -308,6 +308,15 @@ module Probe (Pk : Rig_edge.Package) = struct
             let w = D.signaled d in
             ignore (call "sleep" (fun () -> D.sleep d ~seen:w ~still_ms:30));
             ignore (call "sleep" (fun () -> D.sleep d ~seen:(w - 1) ~still_ms:30));
+            (* A sleep that blocks (200 ms on the idle word) blocks in a
+               wait, which opens the mask: the signal pending since the
+               call began must run its handler inside it. *)
+            let before = List.length !runs and t0 = Unix.gettimeofday () in
+            ignore (call "sleep" (fun () -> D.sleep d ~seen:(D.signaled d) ~still_ms:200));
+            let blocked_ms = (Unix.gettimeofday () -. t0) *. 1000. in
+            let inside = List.exists (fun r -> r.thread = self && r.call = "sleep") (List.filteri (fun k _ -> k < List.length !runs - before) !runs) in
+            if blocked_ms >= 150. && not inside then
+              shut := [ finding "SIG-2" "sleep blocked %.0f ms on the idle word and never opened rig's mask: SIGUSR1, pending since the call began, ran its handler only after it returned (a wait calls rig_unblock right before its blocking step)" blocked_ms ];
             ignore (call "grow" (fun () -> D.grow d))
         | None -> ());
         match call "image" (fun () -> D.image d Pk.kit.binary) with
@@ -323,7 +332,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     let faulted = fault_during_sleep o in
     (* Whatever is still pending runs now, outside any call. *)
     ignore (Sys.opaque_identity (ref ()));
-    faulted
+    faulted @ !shut
     @ List.filter_map
       (fun r ->
         if r.thread = self && r.call <> "" && not r.waiting then
