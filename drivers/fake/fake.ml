@@ -149,6 +149,9 @@ let alloc_busy = Atomic.make 0
    exception leaves without its mutex (OCaml issue 12675), by hand. *)
 let sleep_mutex = Mutex.create ()
 
+(* The entry cache's mutex of the entry-lock-uncounted mutant. *)
+let entry_mutex = Mutex.create ()
+
 let wait_dropping_lock wait =
   P.hold ();
   Mutex.lock sleep_mutex;
@@ -351,6 +354,7 @@ module D = struct
 
   let entry i f =
     counted i.on "entry" ~answer:(fun () -> E.No_memory 64) (fun () ->
+        (if i.on.mut = m_entry_lock_uncounted then Mutex.protect entry_mutex else fun g -> g ()) @@ fun () ->
         loaded i "entry";
         match List.assoc_opt f i.fns with
         | None -> E.Absent
