@@ -383,6 +383,9 @@ module Make (D : Rig_edge.Driver) = struct
   let ask_room_conforming dev s = asking dev s 0 0
   let ask_room = step ask_room_conforming
 
+  (* A failed submit or commit loses the device (CNT-6). *)
+  let lose_failed = step (fun dev why -> lose dev why)
+
   let submit dev parts =
     start "submit";
     let handle b =
@@ -413,11 +416,11 @@ module Make (D : Rig_edge.Driver) = struct
         v)
     in
     if not (c_call dev "submit" (fun () -> q.submit s ~value)) then begin
-      lose dev "failed submit";
+      !lose_failed dev "failed submit";
       raise (Device_lost "failed submit")
     end;
     if not (c_call dev "commit" (fun () -> q.commit ())) then begin
-      lose dev "failed commit";
+      !lose_failed dev "failed commit";
       raise (Device_lost "failed commit")
     end;
     value
@@ -466,6 +469,9 @@ module Make (D : Rig_edge.Driver) = struct
     (* free-before-word (STOP-7): frees without waiting for the word. *)
     let word_unawaited (_ : device) = true
 
+    (* kept-after-failed-submit (CNT-6): a failed submit or commit loses nothing. *)
+    let failure_kept (_ : device) (_ : string) = ()
+
     (* unload-twice (GUAR-5): close unloads the images unloaded already. *)
     let still_loaded (_ : image) = true
 
@@ -505,6 +511,7 @@ module Make (D : Rig_edge.Driver) = struct
 
     let variants =
       [
+        ("kept-after-failed-submit", fun () -> lose_failed := failure_kept);
         ("free-before-mapping", fun () -> mapped := unmapped);
         ("free-under-work", fun () -> work_done := work_ignored);
         ("signaled-after-word-freed", fun () -> free_own_word := free_own_word_then_read);

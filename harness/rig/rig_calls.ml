@@ -68,8 +68,10 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
   let faulted = step (fun dev fn why -> lose dev ~fault:why (fn ^ ": Fault " ^ why))
 
   (* Another exception loses it where [loses] says; [finish] ends the call. *)
+  let loss_text = step (fun fn e -> fn ^ ": " ^ Printexc.to_string e)
+
   let failed_conforming dev fn e ~finish =
-    if !loses fn e then lose dev (fn ^ ": " ^ Printexc.to_string e);
+    if !loses fn e then lose dev (!loss_text fn e);
     finish ()
 
   let failed = step failed_conforming
@@ -168,6 +170,12 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     (* lose-on-prepare-exn (EXC-3): an exception from prepare loses it. *)
     let loses_prepare fn e = fn = "prepare" || loses_conforming fn e
 
+    (* lose-on-sleep-exn (EXC-3): an exception other than Fault from sleep loses it. *)
+    let loses_sleep fn e = fn = "sleep" || loses_conforming fn e
+
+    (* loss-without-text (EXC-1): the loss names the function, not the exception. *)
+    let function_only fn (_ : exn) = fn ^ " raised"
+
     (* ignore-fault (CNT-6): a Fault is kept for stop, but the device goes on. *)
     let fault_kept dev _ why = with_rig (fun () -> if dev.fault = None then dev.fault <- Some why)
 
@@ -205,6 +213,8 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
         ("ignore-exception", fun () -> loses := loses_nothing);
         ("lose-on-entry-invalid", fun () -> loses := loses_entry_invalid);
         ("lose-on-prepare-exn", fun () -> loses := loses_prepare);
+        ("lose-on-sleep-exn", fun () -> loses := loses_sleep);
+        ("loss-without-text", fun () -> loss_text := function_only);
         ("ignore-fault", fun () -> faulted := fault_kept);
         ("no-stop-after-async", fun () -> failed := failed_forgets);
         ("uncounted-c-calls", fun () -> counts_c_calls := c_calls_uncounted);

@@ -154,19 +154,55 @@ module Flows (P : Rig_edge.Package) = struct
     | exception Rig.Device_lost _ -> ());
     close dev
 
-  (* An injected exception from alloc loses the device: EXC-1. *)
-  let exception_loses ~seed:_ _acc =
+  let contains s sub =
+    let n = String.length s and k = String.length sub in
+    let rec at i = i + k <= n && (String.sub s i k = sub || at (i + 1)) in
+    at 0
+
+  (* An injected exception from alloc loses the device, with the
+     exception's text: EXC-1. *)
+  let exception_loses ~seed:_ acc =
     let dev = open_ 0 in
-    Fake.inject ~fn:"alloc" ~nth:1 (`Raise (Failure "injected by rig.exception-loses"));
+    let text = "injected by rig.exception-loses" in
+    Fake.inject ~fn:"alloc" ~nth:1 (`Raise (Failure text));
     (try ignore (R.alloc dev Rig_edge.Device 64) with Failure _ -> ());
-    (try ignore (R.alloc dev Rig_edge.Device 64) with Rig.Device_lost _ -> ());
+    (try ignore (R.alloc dev Rig_edge.Device 64) with
+    | Rig.Device_lost why when not (contains why text) ->
+        acc := finding "EXC-1" "the device lost for alloc's Failure %S is lost with %S, without the exception's text" text why :: !acc
+    | Rig.Device_lost _ -> ());
     close dev
+
+  (* A failed submit, and a failed commit, lose the device: rig calls the
+     driver no more for it (the validation layer sees any counted call
+     after the loss): CNT-6. *)
+  let failed_submit_loses ~seed acc =
+    List.iter
+      (fun fn ->
+        let dev = open_ 0 in
+        let b = R.alloc dev Rig_edge.Device 64 in
+        Fake.inject ~fn ~nth:1 `Fail;
+        (match R.submit dev [ R.Fill (b, 0, 4, 1 + (seed mod 7)) ] with
+        | _ -> acc := finding "CNT-6" "a submission whose %s failed returned a value" fn :: !acc
+        | exception Rig.Device_lost _ -> ());
+        (try ignore (R.alloc dev Rig_edge.Device 64) with Rig.Device_lost _ -> ());
+        close dev)
+      [ "submit"; "commit" ]
 
   let still_usable acc clause dev what =
     match R.alloc dev Rig_edge.Device 64 with
     | b -> R.free b
     | exception Rig.Device_lost why ->
         acc := finding clause "the device was lost after %s (%s)" what why :: !acc
+
+  (* An exception other than Fault from sleep loses nothing: EXC-3. *)
+  let sleep_exception ~seed:_ acc =
+    let dev = open_ 0 in
+    let _, h = entry_of dev (spin ()) in
+    let v = R.submit dev [ R.Launch (h, [ R.Int 50 ]) ] in
+    Fake.inject ~fn:"sleep" ~nth:1 (`Raise Not_found);
+    (try R.wait dev v with Not_found -> ());
+    still_usable acc "EXC-3" dev "a Not_found from sleep";
+    close dev
 
   (* An Invalid_argument from entry loses nothing: EXC-2. *)
   let entry_invalid ~seed:_ acc =
@@ -367,6 +403,8 @@ let flows =
     flow "rig.release-kept" [ "CNT-5" ] Any_driver (fun (module X) -> X.F.release_kept);
     flow "rig.fault" [ "CNT-6"; "STOP-1" ] Any_driver (fun (module X) -> X.F.fault);
     flow "rig.exception-loses" [ "EXC-1" ] Fake_knobs (fun (module X) -> X.F.exception_loses);
+    flow "rig.failed-submit-loses" [ "CNT-6" ] Fake_knobs (fun (module X) -> X.F.failed_submit_loses);
+    flow "rig.sleep-exception" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.sleep_exception);
     flow "rig.entry-invalid" [ "EXC-2" ] Any_driver (fun (module X) -> X.F.entry_invalid);
     flow "rig.prepare-exception" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.prepare_exception);
     flow "rig.free-once" [ "GUAR-1"; "GUAR-5" ] Any_driver (fun (module X) -> X.F.free_once);
