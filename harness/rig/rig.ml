@@ -261,9 +261,12 @@ module Make (D : Rig_edge.Driver) = struct
   let peers_conforming a b = D.peer a.d b.d
   let peers = step peers_conforming
 
+  (* A buffer asked onto its own device is the program's error (GUAR-3). *)
+  let refuse_own = step (fun dev b -> if b.dev == dev then invalid_arg "Rig.map_peer: the buffer is already the device's")
+
   let map_peer dev b =
     start "map_peer";
-    if b.dev == dev then invalid_arg "Rig.map_peer: the buffer is already the device's";
+    !refuse_own dev b;
     if not (!peers dev b.dev) then invalid_arg "Rig.map_peer: the devices are not peers";
     let r = counted dev "map_peer" (fun () -> D.map_peer dev.d b.dev.d b.b) in
     with_rig (fun () -> b.maps <- b.maps + 1);
@@ -469,6 +472,9 @@ module Make (D : Rig_edge.Driver) = struct
     (* free-before-word (STOP-7): frees without waiting for the word. *)
     let word_unawaited (_ : device) = true
 
+    (* map-peer-own (GUAR-3): a buffer of the device itself goes to the driver. *)
+    let own_allowed (_ : device) (_ : buffer) = ()
+
     (* kept-after-failed-submit (CNT-6): a failed submit or commit loses nothing. *)
     let failure_kept (_ : device) (_ : string) = ()
 
@@ -512,6 +518,7 @@ module Make (D : Rig_edge.Driver) = struct
     let variants =
       [
         ("kept-after-failed-submit", fun () -> lose_failed := failure_kept);
+        ("map-peer-own", fun () -> refuse_own := own_allowed);
         ("free-before-mapping", fun () -> mapped := unmapped);
         ("free-under-work", fun () -> work_done := work_ignored);
         ("signaled-after-word-freed", fun () -> free_own_word := free_own_word_then_read);

@@ -170,6 +170,9 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     (* lose-on-prepare-exn (EXC-3): an exception from prepare loses it. *)
     let loses_prepare fn e = fn = "prepare" || loses_conforming fn e
 
+    (* grow-exception-kept (EXC-1): an exception from grow loses nothing. *)
+    let grow_kept fn e = fn <> "grow" && loses_conforming fn e
+
     (* lose-on-sleep-exn (EXC-3): an exception other than Fault from sleep loses it. *)
     let loses_sleep fn e = fn = "sleep" || loses_conforming fn e
 
@@ -214,6 +217,7 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
         ("lose-on-entry-invalid", fun () -> loses := loses_entry_invalid);
         ("lose-on-prepare-exn", fun () -> loses := loses_prepare);
         ("lose-on-sleep-exn", fun () -> loses := loses_sleep);
+        ("grow-exception-kept", fun () -> loses := grow_kept);
         ("loss-without-text", fun () -> loss_text := function_only);
         ("ignore-fault", fun () -> faulted := fault_kept);
         ("no-stop-after-async", fun () -> failed := failed_forgets);

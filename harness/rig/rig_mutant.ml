@@ -9,9 +9,11 @@ let all =
     ("call-after-stop", "CNT-4", "after stop, waits for the word with sleep instead of signaled");
     ("ignore-fault", "CNT-6", "a Fault from a counted call does not lose the device");
     ("kept-after-failed-submit", "CNT-6", "a failed submit or commit raises Device_lost but does not lose the device");
+    ("grow-exception-kept", "EXC-1", "an exception other than Fault from grow loses nothing");
     ("loss-without-text", "EXC-1", "a loss for another exception names the function, not the exception's text");
     ("lose-on-sleep-exn", "EXC-3", "an exception other than Fault from sleep loses the device");
     ("ignore-exception", "EXC-1", "another exception from alloc (and the other listed functions) loses nothing");
+    ("map-peer-own", "GUAR-3", "asks map_peer of a buffer on its own device instead of refusing it");
     ("lose-on-entry-invalid", "EXC-2", "an Invalid_argument from entry loses the device");
     ("lose-on-prepare-exn", "EXC-3", "an exception other than Fault from prepare loses the device");
     ("double-free", "GUAR-1", "close frees again the regions the program freed");

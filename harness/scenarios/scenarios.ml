@@ -170,6 +170,16 @@ module Flows (P : Rig_edge.Package) = struct
     | Rig.Device_lost why when not (contains why text) ->
         acc := finding "EXC-1" "the device lost for alloc's Failure %S is lost with %S, without the exception's text" text why :: !acc
     | Rig.Device_lost _ -> ());
+    close dev;
+    (* the same for grow: room answers RIG_GROW once, and grow raises *)
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Device 64 in
+    Fake.inject ~fn:"room" ~nth:1 `Answer;
+    Fake.inject ~fn:"grow" ~nth:1 (`Raise (Failure text));
+    (try ignore (R.submit dev [ R.Fill (b, 0, 4, 1) ]) with Failure _ | Rig.Device_lost _ -> ());
+    (match R.alloc dev Rig_edge.Device 64 with
+    | b' -> R.free b'; acc := finding "EXC-1" "a Failure from grow did not lose the device" :: !acc
+    | exception Rig.Device_lost _ -> ());
     close dev
 
   (* A failed submit, and a failed commit, lose the device: rig calls the
@@ -244,6 +254,9 @@ module Flows (P : Rig_edge.Package) = struct
     let a = open_ 0 in
     let b = (try open_ 1 with Exit -> raise (Needs "a second device")) in
     let r = R.alloc b Rig_edge.Device (small_size st) in
+    (* A buffer asked onto its own device: rig refuses it, and the driver's
+       map_peer sees only two devices (GUAR-3). *)
+    (try R.free (R.map_peer b r) with Invalid_argument _ -> ());
     let m = R.map_peer a r in
     (match kit.bus_function with
     | Some fn -> (
