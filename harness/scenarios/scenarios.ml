@@ -170,12 +170,14 @@ module Flows (P : Rig_edge.Package) = struct
     | Rig.Device_lost why when not (contains why text) ->
         acc := finding "EXC-1" "the device lost for alloc's Failure %S is lost with %S, without the exception's text" text why :: !acc
     | Rig.Device_lost _ -> ());
-    close dev;
-    (* the same for grow: room answers RIG_GROW once, and grow raises *)
+    close dev
+
+  (* The same for grow: room answers RIG_GROW once, and grow raises. *)
+  let grow_exception_loses ~seed:_ acc =
     let dev = open_ 0 in
     let b = R.alloc dev Rig_edge.Device 64 in
     Fake.inject ~fn:"room" ~nth:1 `Answer;
-    Fake.inject ~fn:"grow" ~nth:1 (`Raise (Failure text));
+    Fake.inject ~fn:"grow" ~nth:1 (`Raise (Failure "injected by rig.grow-exception-loses"));
     (try ignore (R.submit dev [ R.Fill (b, 0, 4, 1) ]) with Failure _ | Rig.Device_lost _ -> ());
     (match R.alloc dev Rig_edge.Device 64 with
     | b' -> R.free b'; acc := finding "EXC-1" "a Failure from grow did not lose the device" :: !acc
@@ -416,6 +418,7 @@ let flows =
     flow "rig.release-kept" [ "CNT-5" ] Any_driver (fun (module X) -> X.F.release_kept);
     flow "rig.fault" [ "CNT-6"; "STOP-1" ] Any_driver (fun (module X) -> X.F.fault);
     flow "rig.exception-loses" [ "EXC-1" ] Fake_knobs (fun (module X) -> X.F.exception_loses);
+    flow "rig.grow-exception-loses" [ "EXC-1" ] Fake_knobs (fun (module X) -> X.F.grow_exception_loses);
     flow "rig.failed-submit-loses" [ "CNT-6" ] Fake_knobs (fun (module X) -> X.F.failed_submit_loses);
     flow "rig.sleep-exception" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.sleep_exception);
     flow "rig.entry-invalid" [ "EXC-2" ] Any_driver (fun (module X) -> X.F.entry_invalid);
