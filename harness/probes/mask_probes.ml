@@ -109,7 +109,7 @@ let judge_sig9 name seen =
 type caller = { call : 'a. string -> (unit -> 'a) -> 'a option }
 
 (* Each function of the driver that works on an open device, once, in the
-   order rig would call them: alloc, image, entry and prepare of the kit's
+   order rig would call them: alloc, image, prepare and entry of the kit's
    spin, sleep on the idle word, free, unload. *)
 module Tour (Pk : Rig_edge.Package) = struct
   module D = Pk.D
@@ -121,8 +121,8 @@ module Tour (Pk : Rig_edge.Package) = struct
       (fun i ->
         Option.iter
           (fun f ->
-            ignore (call "entry" (fun () -> D.entry i f));
-            ignore (call "prepare" (fun () -> D.prepare i f)))
+            ignore (call "prepare" (fun () -> D.prepare i f));
+            ignore (call "entry" (fun () -> D.entry i f)))
           Pk.kit.spin)
       im;
     let w = D.signaled d in
@@ -297,18 +297,28 @@ module Counted (Pk : Rig_edge.Package) = struct
        makes nothing new; prepare of an f with an entry starts nothing; a
        sleep of 2 ms): a lock of their own held uncounted shows there. *)
     let rerunnable = [ "entry"; "prepare"; "sleep" ] in
+    (* free cannot run twice on one region (GUAR-1): inside free, another
+       region of the device is freed, one of these spares. *)
+    let spares = ref (List.filter_map (fun _ -> P.masked (fun () -> try D.alloc d Rig_edge.Device 4 with _ -> None)) [ 1; 2 ]) in
     let call name f =
+      let again_inside what g =
+        again := true;
+        (match g () with
+        | _ -> ()
+        | exception Sys_error why ->
+            findings :=
+              finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, %s raised Sys_error %S: the thread held a lock of the driver's it had not counted" name what why
+              :: !findings
+        | exception _ -> ());
+        again := false
+      in
       let hook () =
-        if P.holds () = 0 && List.mem name rerunnable && not !again then begin
-          again := true;
-          (match f () with
-          | _ -> ()
-          | exception Sys_error why ->
-              findings :=
-                finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, %s with the same arguments raised Sys_error %S: the thread held a lock of the driver's it had not counted" name name why
-                :: !findings
-          | exception _ -> ());
-          again := false
+        if P.holds () = 0 && not !again then begin
+          if List.mem name rerunnable then again_inside (name ^ " with the same arguments") (fun () -> ignore (f ()))
+          else if name = "free" then
+            match !spares with
+            | r :: rest -> spares := rest; again_inside "free of another region of the device" (fun () -> D.free d r)
+            | [] -> ()
         end;
         if P.holds () = 0 then begin
           incr tried;
@@ -337,6 +347,7 @@ module Counted (Pk : Rig_edge.Package) = struct
       match outcome with Ok v -> Some v | Error _ -> None
     in
     Tour.run { call } d ~size:(4 * (1 + (seed mod 16))) ~still_ms:2;
+    List.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) !spares;
     (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
     if !tried = 0 then raise (Skip "no driver call allocated with rig_holds () at 0");
     List.sort_uniq compare !findings
