@@ -55,7 +55,10 @@ while IFS= read -r line || [ -n "$line" ]; do
   lineno=$((lineno + 1))
   line=${line%$'\r'}
   [[ -z "${line//[[:space:]]/}" || "$line" == \#* ]] && continue
-  IFS=$'\t' read -r -a f <<<"$line"
+  # Split at each tab (read -a would merge the empty field of an empty replacement).
+  f=() rest=$line
+  while [[ "$rest" == *$'\t'* ]]; do f+=("${rest%%$'\t'*}"); rest=${rest#*$'\t'}; done
+  f+=("$rest")
   [ "${#f[@]}" -eq 6 ] || die "$LIST:$lineno: ${#f[@]} tab-separated fields, not 6 (id, target, file, original, replacement, expected)"
   id=${f[0]} target=${f[1]} file=${f[2]}
   [[ "$id" =~ ^[A-Za-z0-9._-]+$ ]] || die "$LIST:$lineno: bad mutant id '$id' (letters, digits, . _ -)"
