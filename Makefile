@@ -18,7 +18,7 @@ PYTEST := /usr/bin/python3 -m pytest
 J ?= $(shell nproc)
 PREFIX ?= /usr/local
 
-.PHONY: build certify certify-hostmem selftest test unit pytest bench install clean
+.PHONY: build certify certify-hostmem selftest test unit pytest bench mutate install clean
 
 build:
 	dune build 2>&1
@@ -56,6 +56,11 @@ bench: build
 	$(RIG_CONFORM) bench
 	$(MAKE) -s fuzz-bench
 	$(MAKE) -s san-bench
+
+## mutate: source-level mutants of hostmem, the fake and the reference rig (mutate/mutants.tsv), each
+## certified once; the score per target in out/mutate/report.md (docs/mutate.md; not part of test)
+mutate: build
+	./tools/mutate.sh
 
 ## install: rig-conform and rig-cert, the OCaml libraries (rig_conform.*), rig_edge.h with its
 ## pkg-config file, and the bundled scenarios, under PREFIX (docs/writing-a-driver.md)
