@@ -208,8 +208,8 @@ let time6_sleep_during_submit (module P : Package) ~seed =
 (* TIME-6, the other way round: a submit and commit made while a sleep of
    the device waits must not wait for that sleep (a lock the sleep keeps
    across its wait, which submit needs).  A sleep on the word as it reads,
-   for [time6_beside_ms]; once it is in flight (its call traced as
-   started), another thread submits and commits a Fill.  Judged twice:
+   for [time6_beside_ms]; 100 ms after its thread started it, this one
+   submits and commits a Fill.  Judged twice:
    each time, the submit returned as the sleep did (within 250 ms), and
    took most of still_ms longer than one alone. *)
 let time6_beside_ms = 1500
@@ -226,7 +226,7 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
         | Error e -> raise (Skip (spf "setup: a Fill: %s" e)));
         (now () -. t0) *. 1000.
       in
-      (* what the submit itself takes, alone: the fastest of three *)
+      (* a submit, commit and the Fill's work, alone: the fastest of three *)
       let alone = List.fold_left Float.min infinity (List.init 3 (fun _ -> submit_ms ())) in
       let one_try () =
         let w = P.D.signaled dev.d in
