@@ -19,11 +19,6 @@ exception Skip of string
    with this finding, if any, and makes no further call of the driver. *)
 exception Abandon of Case.finding option
 
-let contains ~sub s =
-  let n = String.length sub and m = String.length s in
-  let rec at i = i + n <= m && (String.sub s i n = sub || at (i + 1)) in
-  n = 0 || at 0
-
 let round_up x k = (x + k - 1) / k * k
 
 (* ------------------------------------------------------------ watchdog *)

@@ -39,9 +39,6 @@
 val now : unit -> float
 val spf : ('a, unit, string) format -> 'a
 
-(** [contains ~sub s]: whether [sub] occurs in [s]. *)
-val contains : sub:string -> string -> bool
-
 (** [round_up x k]: the least multiple of [k] that is >= [x]. *)
 val round_up : int -> int -> int
 

@@ -154,11 +154,6 @@ module Flows (P : Rig_edge.Package) = struct
     | exception Rig.Device_lost _ -> ());
     close dev
 
-  let contains s sub =
-    let n = String.length s and k = String.length sub in
-    let rec at i = i + k <= n && (String.sub s i k = sub || at (i + 1)) in
-    at 0
-
   (* An injected exception from alloc loses the device, with the
      exception's text: EXC-1. *)
   let exception_loses ~seed:_ acc =
@@ -167,7 +162,7 @@ module Flows (P : Rig_edge.Package) = struct
     Fake.inject ~fn:"alloc" ~nth:1 (`Raise (Failure text));
     (try ignore (R.alloc dev Rig_edge.Device 64) with Failure _ -> ());
     (try ignore (R.alloc dev Rig_edge.Device 64) with
-    | Rig.Device_lost why when not (contains why text) ->
+    | Rig.Device_lost why when not (Substring.contains ~sub:text why) ->
         acc := finding "EXC-1" "the device lost for alloc's Failure %S is lost with %S, without the exception's text" text why :: !acc
     | Rig.Device_lost _ -> ());
     close dev
