@@ -36,7 +36,7 @@ given.
 
 import pytest
 
-from test_blind_set import ROOT, certify, explain, hostmem, verdicts  # noqa: F401 (hostmem: a fixture)
+from test_blind_set import ROOT, certify, explain, hostmem, params, verdicts  # noqa: F401 (hostmem: a fixture)
 
 BLINDW = ROOT / "_build" / "default" / "drivers" / "blindw" / "blindw.cmxs"
 
@@ -69,11 +69,7 @@ CONFORMING = {
 }
 
 
-def params(names):
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=MISSED[n])) if n in MISSED else n for n in names]
-
-
-@pytest.mark.parametrize("driver", params(sorted(BROKEN)))
+@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     data = certify(BLINDW, driver, tmp_path)
     failed = {i for i, v in verdicts(data).items() if v == "fail"}

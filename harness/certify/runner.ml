@@ -302,14 +302,11 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
   let crashed_first = Hashtbl.create 4 in
   let rec finish ?(retry = false) (i, res) =
     match (res.outcome, Hashtbl.find_opt crashed_first i) with
-    | Crashed _, None when retry && res.job.inject = None && not (stop ()) ->
-        Hashtbl.replace crashed_first i res;
+    | Crashed how, None when retry && res.job.inject = None && not (stop ()) ->
+        Hashtbl.replace crashed_first i (how, res);
         queue := [ (i, res.job) ] :: !queue
     | Crashed how, Some _ -> record (i, { res with outcome = Crashed (how ^ " (and again when run a second time)") })
-    | again, Some first -> (
-        match first.outcome with
-        | Crashed how -> record (i, { res with outcome = Crashed_once { how; again } })
-        | _ -> record (i, res))
+    | again, Some (how, _) -> record (i, { res with outcome = Crashed_once { how; again } })
     | _, None -> record (i, res)
   and record (i, res) =
     results.(i) <- Some res;
@@ -384,7 +381,7 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
   done;
   end_strays [];
   (* interrupted before a second run of a crash ended: the crash stands *)
-  Hashtbl.iter (fun i first -> if results.(i) = None then results.(i) <- Some first) crashed_first;
+  Hashtbl.iter (fun i (_, first) -> if results.(i) = None then results.(i) <- Some first) crashed_first;
   Array.to_list results |> List.filter_map Fun.id
 
 let run_command ~args ~limit =

@@ -118,7 +118,6 @@ module Make (P : Rig_edge.Package) = struct
               if commit then q.committed <- v;
               Submitted { value = v; growths }))
 
-
   let close s (kd : K.dev) q ~drain =
     (* idle: what was committed has run; what was only encoded never will *)
     let idle =

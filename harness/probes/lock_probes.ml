@@ -314,7 +314,9 @@ module Probe (Pk : Rig_edge.Package) = struct
             let before = List.length !runs and t0 = Unix.gettimeofday () in
             ignore (call "sleep" (fun () -> D.sleep d ~seen:(D.signaled d) ~still_ms:200));
             let blocked_ms = (Unix.gettimeofday () -. t0) *. 1000. in
-            let inside = List.exists (fun r -> r.thread = self && r.call = "sleep") (List.filteri (fun k _ -> k < List.length !runs - before) !runs) in
+            (* [runs] grows at its head: the runs of this call come first *)
+            let fresh = List.length !runs - before in
+            let inside = List.exists (fun r -> r.thread = self && r.call = "sleep") (List.filteri (fun k _ -> k < fresh) !runs) in
             if blocked_ms >= 150. && not inside then
               shut := [ finding "SIG-2" "sleep blocked %.0f ms on the idle word and never opened rig's mask: SIGUSR1, pending since the call began, ran its handler only after it returned (a wait calls rig_unblock right before its blocking step)" blocked_ms ];
             ignore (call "grow" (fun () -> D.grow d))

@@ -67,9 +67,11 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
   (* A Fault loses the device (CNT-6). *)
   let faulted = step (fun dev fn why -> lose dev ~fault:why (fn ^ ": Fault " ^ why))
 
-  (* Another exception loses it where [loses] says; [finish] ends the call. *)
+  (* The reason a loss for another exception gives: the function and the
+     exception's text (EXC-1). *)
   let loss_text = step (fun fn e -> fn ^ ": " ^ Printexc.to_string e)
 
+  (* Another exception loses it where [loses] says; [finish] ends the call. *)
   let failed_conforming dev fn e ~finish =
     if !loses fn e then lose dev (!loss_text fn e);
     finish ()
