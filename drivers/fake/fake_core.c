@@ -753,7 +753,7 @@ static int64_t make_entry(struct fake_dev *d, struct fake_fn *f) {
   if (f->scratch > d->cfg.budget[FAKE_DEVICE] && !mutant(d, FAKE_M_ENTRY_TOO_BIG_NO_MEMORY))
     return FAKE_ENTRY_TOO_BIG;
   uint64_t room = room_of(d, FAKE_DEVICE);
-  if (f->scratch > room) {
+  if (f->scratch > room || (f->scratch == room && mutant(d, FAKE_M_ENTRY_FULL_NO_MEMORY))) {
     if (mutant(d, FAKE_M_ENTRY_LEAKS)) d->used[FAKE_DEVICE] += room;
     return FAKE_ENTRY_NO_MEMORY;
   }

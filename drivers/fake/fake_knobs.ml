@@ -40,6 +40,7 @@ let mutant_table =
     ("image-takes-anything", "CODE-1", "image takes a binary without its header as empty", 6);
     ("entry-remakes", "CODE-2", "a second entry for f makes new scratch and a new handle", 7);
     ("entry-leaks", "CODE-3", "entry keeps the scratch it could allocate on No_memory", 8);
+    ("entry-full-no-memory", "CODE-3", "entry answers No_memory also when the free Device memory is exactly what f's scratch needs", 71);
     ( "entry-too-big-no-memory",
       "CODE-5",
       "entry answers No_memory instead of Invalid_argument for more than the device has",

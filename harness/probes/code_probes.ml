@@ -87,10 +87,25 @@ let code3_no_memory (module P : Package) ~seed =
       if after <> before then
         K.flag s "entry answering No_memory changed free Device memory from %d to %d bytes" before after;
       List.iter K.free_reg fillers;
-      match K.entry i f with
+      (match K.entry i f with
       | Entry _ -> ()
       | No_memory k -> K.flag s "with the memory freed again, entry of %S still answers No_memory %d" f k
-      | Absent -> K.flag s "with the memory freed again, entry of %S answers Absent" f)
+      | Absent -> K.flag s "with the memory freed again, entry of %S answers Absent" f);
+      (* The other side of the boundary: with what a new function needs
+         left free, an entry that answers No_memory k says the device has no
+         memory for k bytes, so an alloc of k bytes right after must fail. *)
+      let i2, g = K.scratch_image s dev need in
+      let fillers = K.take s dev (K.free_bytes s dev - need) in
+      let before = K.free_bytes s dev in
+      (match K.entry i2 g with
+      | No_memory k when before >= need -> (
+          match K.alloc s dev Device k with
+          | Some r ->
+              K.flag s "entry of %S, which needs %d bytes, answered No_memory %d with %d bytes free, yet an alloc of %d bytes of Device memory right after got them" g need k before k;
+              K.free_reg r
+          | None -> ())
+      | _ -> ());
+      List.iter K.free_reg fillers)
 
 (* CODE-5: Invalid_argument for a function that needs more than the device
    has. *)

@@ -177,8 +177,10 @@ let mem7_whole_pages (module P : Package) ~seed =
       if not dev.facts.maps_host then raise (Skip "device does not declare maps_host");
       let addr, ba = K.host_pages s 8192 in
       Bigarray.Array1.fill ba '\000';
-      (* n: one page and some bytes, not a multiple of the word. *)
-      let n = 4096 + (word * K.int s 1000) + 1 + K.int s (word - 1) in
+      (* n: one page and some bytes, not a multiple of the word, ending in
+         the first quarter of the second page, so that a mapping rounded to
+         any smaller unit than the page (1 KiB, 2 KiB) ends before it. *)
+      let n = 4096 + (word * K.int s 255) + 1 + K.int s (word - 1) in
       let r = K.map_host s dev addr n in
       let fill_and_check ~off ~len what =
         let bt = 1 + K.int s 255 in
