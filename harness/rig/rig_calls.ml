@@ -131,14 +131,15 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
 
   (* A word standing still for the hang bound loses the device with a fault
      (GUAR-7); else the sleep's bound: what is left of the hang bound. *)
-  let still_for =
-    step (fun dev ~w ~stalled ->
-        if stalled >= float !hang_ms then begin
-          let why = Printf.sprintf "hang: the word stood at %d for %d ms" w !hang_ms in
-          lose dev ~fault:why why;
-          raise (Device_lost why)
-        end;
-        max 1 (!hang_ms - int_of_float stalled))
+  let still_for_conforming dev ~w ~stalled =
+    if stalled >= float !hang_ms then begin
+      let why = Printf.sprintf "hang: the word stood at %d for %d ms" w !hang_ms in
+      lose dev ~fault:why why;
+      raise (Device_lost why)
+    end;
+    max 1 (!hang_ms - int_of_float stalled)
+
+  let still_for = step still_for_conforming
 
   (* sleep is counted (CNT-2). *)
   let sleep = step (fun dev ~seen ~still_ms -> counted dev "sleep" (fun () -> D.sleep dev.d ~seen ~still_ms))
@@ -209,6 +210,9 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     (* no-hang-bound (GUAR-7): a word standing still never loses the device. *)
     let unbounded (_ : device) ~w:_ ~stalled:_ = 100
 
+    (* hang-bound-doubled (GUAR-7): the device is lost after twice the bound. *)
+    let doubled dev ~w ~stalled = still_for_conforming dev ~w ~stalled:(stalled /. 2.)
+
     (* uncounted-sleep (CNT-2): close may stop the device during a sleep. *)
     let uncounted_sleep (dev : device) ~seen ~still_ms = P.masked (fun () -> D.sleep dev.d ~seen ~still_ms)
 
@@ -226,6 +230,7 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
         ("uncounted-c-calls", fun () -> counts_c_calls := c_calls_uncounted);
         ("keep-after-stop", fun () -> let_go := kept_after_stop);
         ("no-hang-bound", fun () -> still_for := unbounded);
+        ("hang-bound-doubled", fun () -> still_for := doubled);
         ("uncounted-sleep", fun () -> sleep := uncounted_sleep);
       ]
   end

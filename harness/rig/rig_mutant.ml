@@ -23,6 +23,7 @@ let all =
     ("unload-twice", "GUAR-5", "close unloads again the images the program unloaded");
     ("no-pinned-fallback", "GUAR-6", "falls back from Mapped to Device memory whatever host_addresses says");
     ("no-hang-bound", "GUAR-7", "never loses a device whose word stands still");
+    ("hang-bound-doubled", "GUAR-7", "loses a device whose word stands still only after twice its hang bound");
     ("unrounded-alloc", "MEM-1", "asks alloc of the buffer's length, not rounded up to a word");
     ("free-under-work", "MEM-3", "frees a buffer at once, while work that uses it may still run");
     ("map-host-anyway", "MEM-6", "asks map_host of a device that does not declare maps_host");

@@ -539,7 +539,7 @@ module Make (D : Rig_edge.Driver) = struct
       | Some (s, since) when s = seen ->
           let ms = now_ms () -. since in
           dev.stalled_ms <- Float.max dev.stalled_ms ms;
-          if !hang_ms < max_int && ms > float (!hang_ms + hang_grace_ms) then begin
+          if !hang_ms < max_int && ms > float (!hang_ms + hang_grace_ms !hang_ms) then begin
             violate "GUAR-7" [ e ] "rig still sleeps on %s after the word stood at %d for %.0f ms (hang_ms %d)"
               dev.id seen ms !hang_ms;
             raise (Abandoned "GUAR-7")

@@ -2,8 +2,11 @@
    validate_rules.mli. *)
 
 (* Grace beyond the rig's hang bound before GUAR-7 calls a rig unbounded:
-   generous, since only a rig that never gives up should trip it. *)
-let hang_grace_ms = 1500
+   half the bound.  A rig that keeps its bound computes what is left of it
+   just before it sleeps, from a stall that began no later than the one this
+   layer sees, so only the scheduling between those two statements needs the
+   grace; a rig that waits twice its bound exceeds it. *)
+let hang_grace_ms hang_ms = hang_ms / 2
 
 (* Signals rig_mask must block (SIG-1): a sample of those a fault does not raise. *)
 let must_be_blocked =

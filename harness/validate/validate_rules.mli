@@ -3,9 +3,9 @@
     rig may call after a loss or a stop, which calls run unmasked, and the
     grace of GUAR-7. *)
 
-(** Grace beyond the rig's hang bound before GUAR-7 calls a rig unbounded
-    (ms). *)
-val hang_grace_ms : int
+(** [hang_grace_ms hang_ms]: the grace beyond the rig's hang bound before
+    GUAR-7 calls a rig unbounded (ms). *)
+val hang_grace_ms : int -> int
 
 (** Signals rig_mask must block (SIG-1): a sample of those a fault does not
     raise. *)
