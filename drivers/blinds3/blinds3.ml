@@ -44,7 +44,7 @@
                                                                                                     runs while the sleep blocks, but
                                                                                                     at the tick's forced yields
    s3-wait-reacquires     sleep waits for the driver's interrupt in a C       SIG-3 fail            [W] broken: the step blocks in
-                          helper (slices of 2 ms, inside Prim.wait) that                            pthread_cond_timedwait with the
+                          helper (slices of 10 ms, inside Prim.wait) that                           pthread_cond_timedwait with the
                           releases the runtime for its fast-path look at                            runtime held
                           the interrupt, takes the runtime back, then
                           blocks in pthread_cond_timedwait with it
@@ -175,7 +175,7 @@ module Wait_reacquires = struct
   include Base
 
   let sleep d ~seen ~still_ms =
-    sliced ~slice:2 d ~seen ~still_ms (fun ms -> ignore (Prim.wait (fun () -> irq_wait d.c ms)))
+    sliced ~slice:10 d ~seen ~still_ms (fun ms -> ignore (Prim.wait (fun () -> irq_wait d.c ms)))
 end
 
 (* SIG-3.  Sleeps of still_ms >= 50 pause on s3_idle's deep-idle path,

@@ -146,7 +146,6 @@ value s3_nap_held(value vms) {
 value s3_irq_wait(value v, value vms) {
   struct s3 *t = S3_val(v);
   struct timespec ts;
-  deadline_after(&ts, Long_val(vms));
   caml_enter_blocking_section();
   pthread_mutex_lock(&t->irq_mu);
   int got = t->irq_pending;
@@ -154,6 +153,7 @@ value s3_irq_wait(value v, value vms) {
   pthread_mutex_unlock(&t->irq_mu);
   caml_leave_blocking_section();
   if (got) return Val_true;
+  deadline_after(&ts, Long_val(vms));
   pthread_mutex_lock(&t->irq_mu);
   int rc = 0;
   while (!t->irq_pending && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&t->irq_cv, &t->irq_mu, &ts);
