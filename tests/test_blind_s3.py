@@ -16,7 +16,7 @@ with the reason.
 | driver              | what it does | clause |
 |---------------------|--------------|--------|
 | s3-nap-held         | sleep polls the word in OCaml between waits whose step is a 1-ms C nap that never releases the runtime | SIG-3 |
-| s3-wait-reacquires  | a C wait releases the runtime for a fast-path look, takes it back, then blocks in pthread_cond_timedwait with it (10-ms slices) | SIG-3 (missed: xfail) |
+| s3-wait-reacquires  | a C wait releases the runtime for a fast-path look, takes it back, then blocks in pthread_cond_timedwait with it (10-ms slices) | SIG-3 |
 | s3-long-idle-held   | sleeps of still_ms >= 50 pause on a C "deep idle" path that keeps the runtime; shorter ones release it | SIG-3 |
 | s3-ocaml-spin       | sleep's one wait step spins in OCaml (Domain.cpu_relax) on the word | SIG-3 |
 
@@ -44,17 +44,11 @@ BROKEN = {
     "s3-ocaml-spin": "SIG-3",
 }
 
-MISSED = {
-    # Its step blocks in pthread_cond_timedwait for up to 10 ms with the
-    # runtime held (SIG-3 broken: not "while it blocks"), but its fast path
-    # releases the runtime briefly at the start of every 10-ms slice.  The
-    # probe counts another OCaml thread's turns while sleep blocks against
-    # a floor of about 10 per 200 ms, and about 20 slices per 200 ms each
-    # hand it a turn.  The author's check (drivers/blinds3/check) sees ~1%
-    # of a conforming sleep's turns; a by-hand variant with 25-ms slices
-    # (not committed) failed SIG-3 with 7 turns in 400 ms.
-    "s3-wait-reacquires": "missed: SIG-3 pass [the runtime is handed over once per 10-ms slice, "
-    "enough turns for the probe's floor, though each slice's timed wait keeps it]",
+MISSED: dict = {
+    # s3-wait-reacquires was missed by the first version of the probe (a
+    # floor of about 10 turns per 200 ms, met by its hand-over once per
+    # 10-ms slice); the probe now compares the turns' rate with the
+    # thread's free rate, and it gets a few per cent of it.
 }
 
 CONFORMING = {

@@ -86,7 +86,8 @@
    blocks with the runtime held.  The certifier misses it because the
    runtime is handed over briefly at each 10-ms slice's fast path, which
    gives another thread enough turns for the probe's floor (see MISSED in
-   tests/test_blind_s3.py). *)
+   tests/test_blind_s3.py).  Since the probe compares the turns' rate with
+   the thread's free rate, it fails SIG-3 (a few per cent of that rate). *)
 
 open Rig_edge
 module Prim = Rig_edge_primitives
