@@ -515,6 +515,9 @@ module Make (D : Rig_edge.Driver) = struct
       let grows = if grows = 1 then (ignore (grow dev); grows + 1) else grows in
       short_round_conforming dev ~grows
 
+    (* short-no-round (QUEUE-4): after a Short, room again with no round. *)
+    let short_unreclaimed (_ : device) ~grows = grows
+
     let variants =
       [
         ("kept-after-failed-submit", fun () -> lose_failed := failure_kept);
@@ -543,6 +546,7 @@ module Make (D : Rig_edge.Driver) = struct
         ("grow-unasked", fun () -> ask_room := grow_first);
         ("grown-unbounded", fun () -> grown_out := never_grown_out);
         ("grow-again", fun () -> short_round := short_grows_again);
+        ("short-no-round", fun () -> short_round := short_unreclaimed);
       ]
   end
 

@@ -32,6 +32,7 @@ let all =
     ("signaled-after-word-freed", "TIME-2", "reads signaled once more after freeing the word");
     ("three-asks", "CODE-4", "after No_memory from entry, runs one round too few");
     ("grow-again", "QUEUE-4", "after a Short, asks grow again without asking room");
+    ("short-no-round", "QUEUE-4", "after a Short, asks room again without a round of reclamation");
     ("grow-unasked", "QUEUE-5", "asks grow before any room answered RIG_GROW");
     ("five-asks", "QUEUE-6", "asks grow a fifth time for a submission");
     ("grown-unbounded", "QUEUE-6", "after a fourth grow that answered Grown, asks grow again when room answers RIG_GROW anew");

@@ -361,6 +361,51 @@ module Flows (P : Rig_edge.Package) = struct
     R.free b;
     close dev
 
+  (* After a Short, a round of reclamation before room is asked again:
+     QUEUE-4.  A buffer the program freed while work used it, and whose
+     work rig then saw end, waits for rig's next release; with the device's
+     memory full, the next growth is Short, and the round that must follow
+     gives that buffer back (a free) before the next room. *)
+  let short_reclaims ~seed acc =
+    Fake.configure ~queue_slots:2 ~device_bytes:65536 ();
+    let dev = open_ 0 in
+    let _, h = entry_of dev (spin ()) in
+    let b = R.alloc dev Rig_edge.Device 64 in
+    let spare = R.alloc dev Rig_edge.Device 4096 in
+    let rec fill_memory chunk acc =
+      match R.alloc dev Rig_edge.Device chunk with
+      | x -> fill_memory chunk (x :: acc)
+      | exception Rig.Out_of_memory _ -> acc
+    in
+    let held = List.fold_left (fun acc chunk -> fill_memory chunk acc) [] [ 4096; 256; 16; 4 ] in
+    let v = R.submit dev [ R.Launch (h, [ R.Int (100 + (seed mod 50)); R.Buf spare ]) ] in
+    let at_free = List.length (V.events ()) in
+    R.free spare;
+    R.wait dev v;
+    let at_submit = List.length (V.events ()) in
+    let since k = List.filteri (fun i _ -> i >= k) (V.events ()) in
+    let is fn (e : Validate.event) = e.fn = fn && e.phase = Validate.Start in
+    (match R.submit dev (List.init 40 (fun i -> R.Fill (b, 0, 4, i + seed))) with
+    | _ | (exception Rig.Out_of_memory _) -> ());
+    let rec after_short = function
+      | ({ Validate.fn = "grow"; phase = Return r; _ } : Validate.event) :: rest
+        when String.length r >= 5 && String.sub r 0 5 = "Short" -> Some rest
+      | _ :: rest -> after_short rest
+      | [] -> None
+    in
+    let rec until_room = function e :: rest when not (is "room" e) -> e :: until_room rest | _ -> [] in
+    (if List.exists (is "free") (List.filteri (fun i _ -> i < at_submit - at_free) (since at_free)) then
+       Case.report_unjudged [ ("QUEUE-4", "the spin that used the freed buffer ended before rig's release at free: no buffer waited for a round") ]
+     else
+       match after_short (since at_submit) with
+       | None -> Case.report_unjudged [ ("QUEUE-4", "no growth answered Short with the device's memory full") ]
+       | Some rest ->
+           if not (List.exists (is "free") (until_room rest)) then
+             acc := finding "QUEUE-4" "after grow answered Short, rig asked room again without a round of reclamation: a buffer the program freed, whose work had ended, was not given back first" :: !acc);
+    List.iter R.free held;
+    R.free b;
+    close dev
+
   (* Calls under a lock, masks: LOCK-1, LOCK-2, SIG-1.  A rig call made
      inside a lock must raise Invalid_argument as it starts: before any
      driver call, even one (locate) that a lock does not forbid. *)
@@ -427,6 +472,7 @@ let flows =
     flow "rig.map-host-declared" [ "MEM-6" ] Fake_knobs (fun (module X) -> X.F.map_host_declared);
     flow "rig.entry-rounds" [ "CODE-4" ] Fake_knobs (fun (module X) -> X.F.entry_rounds);
     flow "rig.grow-rounds" [ "QUEUE-4"; "QUEUE-5"; "QUEUE-6" ] Fake_knobs (fun (module X) -> X.F.grow_rounds);
+    flow "rig.short-reclaims" [ "QUEUE-4" ] Fake_knobs (fun (module X) -> X.F.short_reclaims);
     flow "rig.lock-discipline" [ "LOCK-1"; "LOCK-2"; "SIG-1" ] Any_driver (fun (module X) -> X.F.lock_discipline);
   ]
 
