@@ -750,7 +750,9 @@ fail:
 /* Called with the lock held. */
 static int64_t make_entry(struct fake_dev *d, struct fake_fn *f) {
   if (f->entry && !mutant(d, FAKE_M_ENTRY_REMAKES)) return (int64_t)f->entry;
-  if (f->scratch > d->cfg.budget[FAKE_DEVICE] && !mutant(d, FAKE_M_ENTRY_TOO_BIG_NO_MEMORY))
+  uint64_t offered = d->cfg.budget[FAKE_DEVICE];
+  if (mutant(d, FAKE_M_ENTRY_TOO_BIG_TWICE)) offered *= 2;
+  if (f->scratch > offered && !mutant(d, FAKE_M_ENTRY_TOO_BIG_NO_MEMORY))
     return FAKE_ENTRY_TOO_BIG;
   uint64_t room = room_of(d, FAKE_DEVICE);
   if (f->scratch > room || (f->scratch == room && mutant(d, FAKE_M_ENTRY_FULL_NO_MEMORY))) {

@@ -45,6 +45,7 @@ let mutant_table =
       "CODE-5",
       "entry answers No_memory instead of Invalid_argument for more than the device has",
       9 );
+    ("entry-too-big-twice", "CODE-5", "entry raises Invalid_argument only for more than twice the device's memory, No_memory below", 72);
     ("prepare-reports", "CODE-6", "prepare of an absent function raises Not_found", 10);
     ("prepare-reports-oom", "CODE-6", "prepare raises Failure when the entry it makes finds no memory for the function's scratch", 48);
     ("prepare-restarts", "CODE-7", "prepare of an f with an entry makes (and leaks) its scratch again", 11);

@@ -116,7 +116,7 @@ let code5_too_big (module P : Package) ~seed =
       let free0 = K.free_bytes s dev in
       let need = round_up (max (1 lsl 30) ((4 * free0) + 4096 + (4096 * K.int s 16))) 4096 in
       let i, f = K.scratch_image s dev need in
-      match Prim.masked (fun () -> P.D.entry i.image f) with
+      (match Prim.masked (fun () -> P.D.entry i.image f) with
       | exception Invalid_argument _ -> ()
       | exception e ->
           i.idev.lost <- Some (Printexc.to_string e);
@@ -126,7 +126,25 @@ let code5_too_big (module P : Package) ~seed =
           K.flag s "entry of a function needing %d bytes (the device has %d free) answered No_memory %d, not Invalid_argument"
             need free0 k
       | Entry _ -> K.flag s "entry of a function needing %d bytes (the device has %d free) answered Entry" need free0
-      | Absent -> K.flag s "entry of a function needing %d bytes answered Absent" need)
+      | Absent -> K.flag s "entry of a function needing %d bytes answered Absent" need);
+      (* Nearer the edge: half again what the device has free while rig holds
+         none of its memory.  No_memory would say that memory rig could
+         reclaim may make it fit, yet rig holds nothing to reclaim: the
+         function needs more than the device offers.  Entry is an answer too
+         (scratch from a pool alloc does not reach). *)
+      let near = round_up ((3 * free0 / 2) + 4096) 4096 in
+      if near < need && dev.lost = None then
+        let i, f = K.scratch_image s dev near in
+        match Prim.masked (fun () -> P.D.entry i.image f) with
+        | exception Invalid_argument _ -> ()
+        | exception e ->
+            i.idev.lost <- Some (Printexc.to_string e);
+            K.flag s "entry of a function needing %d bytes (the device has %d free, rig holds none of it) raised %s, not Invalid_argument" near free0
+              (Printexc.to_string e)
+        | No_memory k ->
+            K.flag s "entry of a function needing %d bytes answered No_memory %d on a device with %d bytes free and none of its memory held by rig: nothing rig could reclaim makes it fit, so it needs more than the device offers (Invalid_argument)"
+              near k free0
+        | Entry _ | Absent -> ())
 
 (* CODE-6: prepare reports nothing; the next entry answers as entry would. *)
 let code6_prepare (module P : Package) ~seed =
