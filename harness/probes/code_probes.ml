@@ -114,37 +114,36 @@ let code5_too_big (module P : Package) ~seed =
   K.run ~clause:"CODE-5" ~seed (fun s ->
       let dev = K.open_first s in
       let free0 = K.free_bytes s dev in
+      (* entry of a function needing [need], where Invalid_argument is due:
+         flags the answer unless [allowed] takes it, with [why] after it. *)
+      let ask need ~allowed ~why =
+        let i, f = K.scratch_image s dev need in
+        let answer = try Ok (Prim.masked (fun () -> P.D.entry i.image f)) with e -> Error e in
+        let shown =
+          match answer with
+          | Error (Invalid_argument _) -> None
+          | Error e ->
+              i.idev.lost <- Some (Printexc.to_string e);
+              Some (spf "raised %s, not Invalid_argument" (Printexc.to_string e))
+          | Ok _ when allowed answer -> None
+          | Ok (No_memory k) -> Some (spf "answered No_memory %d, not Invalid_argument" k)
+          | Ok (Entry _) -> Some "answered Entry"
+          | Ok Absent -> Some "answered Absent"
+        in
+        Option.iter (fun a -> K.flag s "entry of a function needing %d bytes (the device has %d free) %s%s" need free0 a why) shown
+      in
       let need = round_up (max (1 lsl 30) ((4 * free0) + 4096 + (4096 * K.int s 16))) 4096 in
-      let i, f = K.scratch_image s dev need in
-      (match Prim.masked (fun () -> P.D.entry i.image f) with
-      | exception Invalid_argument _ -> ()
-      | exception e ->
-          i.idev.lost <- Some (Printexc.to_string e);
-          K.flag s "entry of a function needing %d bytes (the device has %d free) raised %s, not Invalid_argument" need free0
-            (Printexc.to_string e)
-      | No_memory k ->
-          K.flag s "entry of a function needing %d bytes (the device has %d free) answered No_memory %d, not Invalid_argument"
-            need free0 k
-      | Entry _ -> K.flag s "entry of a function needing %d bytes (the device has %d free) answered Entry" need free0
-      | Absent -> K.flag s "entry of a function needing %d bytes answered Absent" need);
+      ask need ~allowed:(fun _ -> false) ~why:"";
       (* Nearer the edge: half again what the device has free while rig holds
          none of its memory.  No_memory would say that memory rig could
          reclaim may make it fit, yet rig holds nothing to reclaim: the
-         function needs more than the device offers.  Entry is an answer too
-         (scratch from a pool alloc does not reach). *)
+         function needs more than the device offers.  Entry and Absent are
+         answers too here (scratch from a pool alloc does not reach). *)
       let near = round_up ((3 * free0 / 2) + 4096) 4096 in
       if near < need && dev.lost = None then
-        let i, f = K.scratch_image s dev near in
-        match Prim.masked (fun () -> P.D.entry i.image f) with
-        | exception Invalid_argument _ -> ()
-        | exception e ->
-            i.idev.lost <- Some (Printexc.to_string e);
-            K.flag s "entry of a function needing %d bytes (the device has %d free, rig holds none of it) raised %s, not Invalid_argument" near free0
-              (Printexc.to_string e)
-        | No_memory k ->
-            K.flag s "entry of a function needing %d bytes answered No_memory %d on a device with %d bytes free and none of its memory held by rig: nothing rig could reclaim makes it fit, so it needs more than the device offers (Invalid_argument)"
-              near k free0
-        | Entry _ | Absent -> ())
+        ask near
+          ~allowed:(function Ok (Entry _ | Absent) -> true | _ -> false)
+          ~why:", with none of its memory held by rig: nothing rig could reclaim makes it fit")
 
 (* CODE-6: prepare reports nothing; the next entry answers as entry would. *)
 let code6_prepare (module P : Package) ~seed =
