@@ -987,8 +987,10 @@ static int q_room(void *dev, const struct rig_submission *s) {
   } else {
     /* Hold what there is, so that a growth of just the missing slots is
      * enough at the next room whatever other threads take (QUEUE-2). */
-    t->held = avail;
-    d->reserved_total += avail;
+    if (!mutant(d, FAKE_M_ROOM_NO_HOLD)) {
+      t->held = avail;
+      d->reserved_total += avail;
+    }
     t->missing = n - avail;
   }
 out:

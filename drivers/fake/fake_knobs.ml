@@ -64,6 +64,7 @@ let mutant_table =
     ("late-word-write", "STOP-6", "the running spin's value lands after stop wrote the last one", 19);
     ("free-touches-new", "STOP-8", "free after stop charges the newest device of the name", 20);
     ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
+    ("room-no-hold", "QUEUE-2", "a room that answers RIG_GROW holds none of the free slots, so that another thread's room takes those its growth counted on", 73);
     ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
     ("grow-writes-queue", "QUEUE-1", "grow puts the slots it makes straight into the pool room reads", 24);
     ("signaled-low-word", "TIME-1", "signaled answers the word's low 32 bits", 49);

@@ -71,21 +71,6 @@ module Probe (Pk : Rig_edge.Package) = struct
       Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) (D.facts d).own_word
     end
 
-  let queue2 ~seed:_ =
-    let d = open_first () in
-    let r = Option.get (alloc d 64) in
-    let acc = ref [] in
-    let s = growing_submission d r in
-    (match grow d with
-    | Rig_edge.Short _ -> raise (Not_applicable_here "grow answered Short with the device's memory free")
-    | Grown -> (
-        match room d s with
-        | Rig_edge.Room -> finish d s
-        | Grow ->
-            acc := [ finding "QUEUE-2" "after grow answered Grown, room answered RIG_GROW again for the same parts" ]));
-    close d [ r ];
-    !acc
-
   (* Give back at least [n] bytes from [pool] ((size, region) pairs, the
      small pieces first) and no more than a piece over; answers what stays. *)
   let rec give_back d pool n =
@@ -198,6 +183,52 @@ module Probe (Pk : Rig_edge.Package) = struct
     match Event.sync (Event.receive a.told) with Some e -> raise e | None -> Option.get !r
 
   let quit a = Event.sync (Event.send a.ask None); Thread.join a.th
+
+  (* One thread: room answers RIG_GROW, grow Grown, room again must make
+     room.  Then the same with another thread's room in between: A's room
+     answers RIG_GROW, B's room for a small submission answers (RIG_ROOM,
+     or RIG_GROW and B grows), A's grow answers Grown, and A's room must make
+     room "whatever other submissions' growths answer": a growth of just
+     what A missed, with no hold on what A's room saw free, is not enough
+     once B's room took some of it. *)
+  let queue2 ~seed:_ =
+    let d = open_first () in
+    let r = Option.get (alloc d 64) in
+    let acc = ref [] in
+    let a = agent () and b = agent () in
+    let grown_or_skip () =
+      match grow d with
+      | Rig_edge.Short _ -> raise (Not_applicable_here "grow answered Short with the device's memory free")
+      | Grown -> ()
+    in
+    Fun.protect
+      ~finally:(fun () -> List.iter quit [ a; b ]; close d [ r ])
+      (fun () ->
+        on a (fun () ->
+            let s = growing_submission d r in
+            grown_or_skip ();
+            match room d s with
+            | Rig_edge.Room -> finish d s
+            | Grow -> acc := [ finding "QUEUE-2" "after grow answered Grown, room answered RIG_GROW again for the same parts" ]);
+        if !acc = [] then begin
+          let parts = on a (fun () -> growing_parts d r) in
+          let sa = fills d r parts and sb = fills d r 1 in
+          let b_has_room =
+            on b (fun () ->
+                match room d sb with
+                | Rig_edge.Room -> true
+                | Grow -> (match grow d with Rig_edge.Grown -> room d sb = Rig_edge.Room | Short _ -> false))
+          in
+          (match on a (fun () -> grown_or_skip (); room d sa) with
+          | Rig_edge.Room -> on a (fun () -> finish d sa)
+          | Grow ->
+              acc :=
+                [ finding "QUEUE-2"
+                    "after grow answered Grown, room answered RIG_GROW again for the same %d parts: another thread's room for 1 part came between the first room and the grow"
+                    parts ]);
+          if b_has_room then on b (fun () -> finish d sb)
+        end);
+    !acc
 
   (* Thread A: room (small) answers RIG_GROW.  Thread B: room (big, twice
      the parts) answers RIG_GROW, then grow answers Grown.  Thread C: room
