@@ -3,8 +3,6 @@
 open Case
 module P = Rig_edge_primitives
 
-external kill_self : int -> unit = "rig_lp_kill_self"
-
 exception Handler_ran of bool  (* whether inside a wait *)
 
 (* LOCK-7: refused, and the lock count as before the take. *)
@@ -34,7 +32,7 @@ let sig4 ~seed:_ =
   Sys.set_signal Sys.sigusr1
     (Sys.Signal_handle (fun _ -> if P.in_wait () then raise (Handler_ran true) else late := true));
   let outcome =
-    match P.masked (fun () -> P.wait (fun () -> kill_self Sys.sigusr1)) with
+    match P.masked (fun () -> P.wait (fun () -> Self_thread.kill Sys.sigusr1)) with
     | () -> Some "the wait returned normally; its handler had not run"
     | exception Handler_ran _ -> None
   in
@@ -52,14 +50,14 @@ let sig5 ~seed:_ =
   Sys.set_signal Sys.sigusr2 (Sys.Signal_handle (fun _ -> ran := Some (P.in_wait ())));
   let acc = ref [] in
   P.masked (fun () ->
-      kill_self Sys.sigusr2;
+      Self_thread.kill Sys.sigusr2;
       P.wait ignore);
   (match !ran with
   | Some true -> ()
   | Some false -> acc := finding "SIG-5" "a signal pending before a wait ran its handler outside it, inside the call" :: !acc
   | None -> acc := finding "SIG-5" "a signal pending before a wait did not run its handler at that wait" :: !acc);
   ran := None;
-  P.masked (fun () -> kill_self Sys.sigusr2);
+  P.masked (fun () -> Self_thread.kill Sys.sigusr2);
   for _ = 1 to 100 do ignore (Sys.opaque_identity (List.init 16 Fun.id)) done;
   if !ran = None then acc := finding "SIG-5" "a signal that came in a call without a wait had not run its handler once the call returned" :: !acc;
   Ran (List.rev !acc)

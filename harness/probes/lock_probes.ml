@@ -3,9 +3,6 @@
 open Case
 module P = Rig_edge_primitives
 
-external gettid : unit -> int = "rig_lp_gettid"
-external kill_self : int -> unit = "rig_lp_kill_self"
-
 let spf = Printf.sprintf
 
 exception Skip of string
@@ -157,7 +154,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     (* The runtime's tick thread starts with the first OCaml thread: make
        it exist before the first snapshot.  The probe starts no other. *)
     Thread.join (Thread.create ignore ());
-    let own = gettid () in
+    let own = Self_thread.gettid () in
     let need = match P.masked (fun () -> sigblk own) with Some m -> m | None -> raise (Skip "no /proc/self/task status") in
     let before = tasks () in
     (* A driver thread may open its mask any time after it starts: look at
@@ -223,7 +220,7 @@ module Probe (Pk : Rig_edge.Package) = struct
      wait; otherwise it runs once the call has returned (rig's restore). *)
   let call name f =
     P.masked (fun () ->
-        kill_self Sys.sigusr1;
+        Self_thread.kill Sys.sigusr1;
         in_call := name;
         match f () with
         | v -> in_call := ""; Ok v

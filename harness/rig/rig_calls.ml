@@ -78,6 +78,14 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
 
   let failed = step failed_conforming
 
+  (* A Fault's outcome, the loss, is recorded before the call ends and its
+     mask is given back (SIG-1). *)
+  let record_fault_conforming dev fn why ~finish =
+    !faulted dev fn why;
+    finish ()
+
+  let record_fault = step record_fault_conforming
+
   (* A counted call: counted, masked, its outcome recorded (a loss) before
      the mask is given back (SIG-1). *)
   let counted ?(mask = true) ?(count = true) dev fn f =
@@ -91,8 +99,7 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     match f () with
     | v -> finish (); v
     | exception D.Fault why ->
-        !faulted dev fn why;
-        finish ();
+        !record_fault dev fn why ~finish;
         raise (Device_lost why)
     | exception e ->
         !failed dev fn e ~finish;
@@ -210,6 +217,12 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     (* no-hang-bound (GUAR-7): a word standing still never loses the device. *)
     let unbounded (_ : device) ~w:_ ~stalled:_ = 100
 
+    (* unmask-before-loss (SIG-1): a Fault's call ends, its mask given back,
+       before the loss is recorded. *)
+    let fault_recorded_after (dev : device) fn why ~finish =
+      finish ();
+      !faulted dev fn why
+
     (* hang-bound-doubled (GUAR-7): the device is lost after twice the bound. *)
     let doubled dev ~w ~stalled = still_for_conforming dev ~w ~stalled:(stalled /. 2.)
 
@@ -231,6 +244,7 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
         ("keep-after-stop", fun () -> let_go := kept_after_stop);
         ("no-hang-bound", fun () -> still_for := unbounded);
         ("hang-bound-doubled", fun () -> still_for := doubled);
+        ("unmask-before-loss", fun () -> record_fault := fault_recorded_after);
         ("uncounted-sleep", fun () -> sleep := uncounted_sleep);
       ]
   end

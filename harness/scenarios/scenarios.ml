@@ -154,6 +154,44 @@ module Flows (P : Rig_edge.Package) = struct
     | exception Rig.Device_lost _ -> ());
     close dev
 
+  (* The mask goes back once the outcome is recorded: SIG-1.  When the
+     sleep of a wait on faulting work raises Fault, a signal rig's mask
+     blocks is sent to the thread, still inside the call; it stays pending
+     until rig gives the mask back, and its handler, at the first poll after
+     that, must find the device lost already. *)
+  let mask_after_outcome ~seed acc =
+    let dev = open_ 0 in
+    let _, h = entry_of dev (need "kit.fault" kit.fault) in
+    let sent = ref false and lost_then = ref None in
+    let previous =
+      Sys.signal Sys.sigusr1 (Sys.Signal_handle (fun _ -> if !lost_then = None then lost_then := Some (R.lost dev)))
+    in
+    let send_once _fn = function
+      | P.D.Fault _ when (not !sent) && List.mem Sys.sigusr1 (Thread.sigmask Unix.SIG_BLOCK []) ->
+          sent := true;
+          Self_thread.kill Sys.sigusr1
+      | _ -> ()
+    in
+    V.on_raise send_once;
+    Fun.protect
+      ~finally:(fun () -> V.on_raise (fun _ _ -> ()); Sys.set_signal Sys.sigusr1 previous)
+      (fun () ->
+        (try R.wait dev (R.submit dev [ R.Launch (h, [ R.Int seed ]) ]) with Rig.Device_lost _ -> ());
+        (* A poll point, for a handler still pending *)
+        ignore (Sys.opaque_identity (ref ())));
+    (match (!sent, !lost_then) with
+    | false, _ ->
+        Case.report_unjudged
+          [ ("SIG-1", "no driver call raised Fault under a mask that blocks SIGUSR1 while rig waited on faulting work") ]
+    | true, Some None ->
+        acc :=
+          finding "SIG-1"
+            "rig gave the thread its mask back before it recorded the Fault that ended the call: a signal pending during the call ran its handler while the device was not lost yet"
+          :: !acc
+    | true, None -> Case.report_unjudged [ ("SIG-1", "the handler of the signal sent inside the call never ran") ]
+    | true, Some (Some _) -> ());
+    close dev
+
   (* An injected exception from alloc loses the device, with the
      exception's text: EXC-1. *)
   let exception_loses ~seed:_ acc =
@@ -474,6 +512,7 @@ let flows =
     flow "rig.grow-rounds" [ "QUEUE-4"; "QUEUE-5"; "QUEUE-6" ] Fake_knobs (fun (module X) -> X.F.grow_rounds);
     flow "rig.short-reclaims" [ "QUEUE-4" ] Fake_knobs (fun (module X) -> X.F.short_reclaims);
     flow "rig.lock-discipline" [ "LOCK-1"; "LOCK-2"; "SIG-1" ] Any_driver (fun (module X) -> X.F.lock_discipline);
+    flow "rig.mask-after-outcome" [ "SIG-1" ] Any_driver (fun (module X) -> X.F.mask_after_outcome);
   ]
 
 let of_violation (v : Validate.violation) =

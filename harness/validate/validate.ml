@@ -215,6 +215,9 @@ module Make (D : Rig_edge.Driver) = struct
     fin
 
   (* Wraps one driver call: checks at its start, records its outcome. *)
+  let raise_hook = ref (fun (_ : string) (_ : exn) -> ())
+  let on_raise f = raise_hook := f
+
   let call dev fn ~counted ?(pre = fun _ -> ()) ?(show = fun _ -> "") f =
     let e =
       locked (fun () ->
@@ -232,6 +235,7 @@ module Make (D : Rig_edge.Driver) = struct
         v
     | exception ex ->
         ignore (locked (fun () -> finish_call dev fn counted e (Error ex)));
+        !raise_hook fn ex;
         raise ex
 
   (* ---- devices ---- *)

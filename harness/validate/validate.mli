@@ -57,6 +57,12 @@ module Make (D : Rig_edge.Driver) : sig
   (** [poke ()] wakes the threads in {!await_in_flight} to look again. *)
   val poke : unit -> unit
 
+  (** [on_raise f]: from now on, [f fn e] runs when a driver call of [fn]
+      raises [e], on the calling thread, before [e] goes back to rig (so
+      still under the mask rig set for the call): lets a scenario act at
+      that moment.  [on_raise (fun _ _ -> ())] ends it. *)
+  val on_raise : (string -> exn -> unit) -> unit
+
   (** The calls made so far, per function: what a systematic sweep fails
       one by one. *)
   val calls : unit -> (string * int) list

@@ -1,7 +1,6 @@
-/* C helpers of the lock and signal probes (lock_probes.ml): the calling
- * thread's kernel id, and a signal sent to the calling thread itself (so
- * that, with the thread's mask blocking it, it stays pending on this very
- * thread until the mask opens). */
+/* The calling thread's kernel id, and a signal sent to the calling thread
+ * itself (self_thread.ml): with the thread's mask blocking it, the signal
+ * stays pending on this very thread until the mask opens. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -14,12 +13,12 @@
 /* Exported by the runtime, declared only under CAML_INTERNALS. */
 CAMLextern int caml_convert_signal_number(int);
 
-value rig_lp_gettid(value unit) {
+value rig_self_thread_gettid(value unit) {
   (void)unit;
   return Val_long((long)syscall(SYS_gettid));
 }
 
-value rig_lp_kill_self(value signo) {
+value rig_self_thread_kill(value signo) {
   int s = caml_convert_signal_number(Int_val(signo));
   if (pthread_kill(pthread_self(), s) != 0) caml_failwith("pthread_kill");
   return Val_unit;
