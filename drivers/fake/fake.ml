@@ -152,6 +152,10 @@ let sleep_mutex = Mutex.create ()
 (* The entry cache's mutex of the entry-lock-uncounted mutant. *)
 let entry_mutex = Mutex.create ()
 
+(* The free-lock-uncounted mutant's statistics and their mutex. *)
+let free_mutex = Mutex.create ()
+let last_freed = ref None
+
 let wait_dropping_lock wait =
   P.hold ();
   Mutex.lock sleep_mutex;
@@ -252,6 +256,8 @@ module D = struct
 
   let free t r =
     public "free" (fun () ->
+        (if t.mut = m_free_lock_uncounted then Mutex.protect free_mutex else fun g -> g ()) @@ fun () ->
+        if t.mut = m_free_lock_uncounted then last_freed := Some r.place.size;
         ignore (injected "free");
         if r.owner != t.dev then invalid_arg "fake: free of a region of another device";
         if Atomic.exchange r.freed true then invalid_arg "fake: region freed twice";
