@@ -16,7 +16,7 @@ with the reason.
 | cm-entry-boundary     | entry answers No_memory unless free memory is strictly more than the need | CODE-3 |
 | cm-entry-keeps-pieces | entry makes f's memory in four pieces and keeps those it made when it answers No_memory | CODE-3 |
 | cm-map-512            | map_host rounds n up to 512 bytes, not to the page | MEM-7 |
-| cm-map-recycle        | a later map_host on the device unmaps the previous mapping before it is freed | MEM-7 (missed with one seed: see MISSED) |
+| cm-map-recycle        | a later map_host on the device unmaps the previous mapping before it is freed | MEM-7 |
 
 Conforming drivers: every clause's verdict must be hostmem's, but where
 given.
@@ -41,14 +41,10 @@ BROKEN = {
     "cm-map-recycle": "MEM-7",
 }
 
-MISSED = {
-    # probe.MEM-7.whole-pages checks only the pages a mapping reaches, not
-    # that an earlier mapping stays mapped across a later map_host; only the
-    # random model.driver sequences can find it (seeds 2 and 3 of 1..10 do:
-    # open, map_host r2, map_host r3, read r2), and seed 1, the one these
-    # tests certify with, does not.
-    "cm-map-recycle": "missed: MEM-7 pass [no directed check that a mapping stays mapped across a later map_host; "
-    "only model.driver seeds 2 and 3 of 1..10 find it, not seed 1]",
+MISSED: dict = {
+    # cm-map-recycle was missed by the first version of probe.MEM-7 (it
+    # checked only the pages a mapping reaches); the probe now fills the
+    # first mapping again after two map_host of other pages.
 }
 
 CONFORMING = {

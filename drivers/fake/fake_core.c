@@ -116,6 +116,7 @@ struct fake_dev {
   unsigned long allocs;      /* alloc-overlap mutant */
   struct fake_mem *last_mem; /* alloc-overlap mutant */
   struct fake_region *peer_window; /* map-peer-one-window mutant: the last map_peer mapping */
+  struct fake_region *host_window; /* map-host-one-window mutant: the last map_host mapping */
   int manual;                    /* no worker thread (fake_debug_manual_worker) */
   struct fake_node *manual_cur;  /* the part fake_debug_work_begin runs */
   uint64_t serial;               /* which open made it: the bus's owner of a function */
@@ -505,6 +506,20 @@ struct fake_region *fake_map_host(struct fake_dev *d, void *p, size_t n) {
   }
   dev_lock(d);
   table_add(d, r);
+  if (mutant(d, FAKE_M_MAP_HOST_ONE_WINDOW)) {
+    /* One host window per device: the new mapping takes it, and the
+     * previous one, not yet freed, is left with a copy of its pages. */
+    struct fake_region *old = d->host_window;
+    if (old) {
+      struct fake_mem *copy = mem_new(old->size);
+      if (copy) {
+        memcpy(copy->bytes, old->mem->bytes, old->size);
+        mem_unref(old->mem);
+        old->mem = copy;
+      }
+    }
+    d->host_window = r;
+  }
   dev_unlock(d);
   return r;
 }
@@ -521,6 +536,7 @@ void fake_free(struct fake_dev *d, struct fake_region *r) {
   }
   table_remove(d, r);
   if (d->peer_window == r) d->peer_window = NULL;
+  if (d->host_window == r) d->host_window = NULL;
   if (r->kind >= 0) d->used[r->kind] -= r->size;
   if (mutant(d, FAKE_M_FREE_UNPINS)) bus_unpin(r->mem);
   dev_unlock(d);

@@ -73,7 +73,8 @@ enum fake_mutant {
   FAKE_M_SLEEP_WORD_FIRST = 68,  /* TIME-5: sleep returns on a word that differs before it looks for a fault */
   FAKE_M_ENTRY_FULL_NO_MEMORY = 71, /* CODE-3: entry answers No_memory when the free memory is exactly f's scratch */
   FAKE_M_ENTRY_TOO_BIG_TWICE = 72, /* CODE-5: Invalid_argument only past twice the device's memory */
-  FAKE_M_ROOM_NO_HOLD = 73       /* QUEUE-2: a room that answers RIG_GROW holds none of the free slots */
+  FAKE_M_ROOM_NO_HOLD = 73,      /* QUEUE-2: a room that answers RIG_GROW holds none of the free slots */
+  FAKE_M_MAP_HOST_ONE_WINDOW = 75 /* MEM-7: a map_host unmaps the device's previous host mapping */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

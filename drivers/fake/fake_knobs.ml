@@ -35,6 +35,7 @@ let mutant_table =
     ("peer-live", "MEM-4", "peer answers false once either device is stopped or faulted", 2);
     ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
     ("map-peer-one-window", "MEM-5", "a map_peer unmaps the device's previous map_peer mapping (which keeps a copy), not yet freed", 62);
+    ("map-host-one-window", "MEM-7", "a map_host takes the device's one host window: the previous host mapping, not yet freed, is left with a copy of its pages", 75);
     ("map-host-exact", "MEM-7", "map_host maps exactly n bytes, not the whole pages", 4);
     ("dma-vague", "MEM-8", "dma's Error for a malformed bus address does not name it", 5);
     ("image-takes-anything", "CODE-1", "image takes a binary without its header as empty", 6);

@@ -169,7 +169,9 @@ let mem5_map_peer_live (module P : Package) ~seed =
       if !tested = 0 then raise (Skip "no map_peer mapping of a region the host can reach"))
 
 (* MEM-7: map_host maps the whole pages: a Fill of the last word, and on to
-   the end of its page, reaches host memory. *)
+   the end of its page, reaches host memory; and they stay mapped until the
+   region is freed: after more map_host of other pages, a Fill of all of
+   them still reaches. *)
 let mem7_whole_pages (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"MEM-7" ~seed (fun s ->
@@ -206,8 +208,14 @@ let mem7_whole_pages (module P : Package) ~seed =
                 false)
       in
       let lo = n / word * word and hi = round_up n word in
-      if fill_and_check ~off:lo ~len:(hi - lo) "the last word" && hi < 8192 then
-        ignore (fill_and_check ~off:hi ~len:(8192 - hi) "the rest of the last page"))
+      if
+        fill_and_check ~off:lo ~len:(hi - lo) "the last word"
+        && (hi >= 8192 || fill_and_check ~off:hi ~len:(8192 - hi) "the rest of the last page")
+      then begin
+        let later = List.init 2 (fun _ -> fst (K.host_pages s 4096)) in
+        List.iter (fun a -> ignore (K.map_host s dev a 4096)) later;
+        ignore (fill_and_check ~off:0 ~len:8192 "its whole pages, after two map_host of other pages")
+      end)
 
 (* MEM-8: dma's Errors name a malformed or absent fn; the kit's fn reaches. *)
 let mem8_dma_errors (module P : Package) ~seed =
