@@ -75,6 +75,16 @@
                           capacity; entry is hostmem's                        at image [C1], so no entry has a
                                                                               too-big function to refuse
                                                                               [predicted: CODE-5 n/a].
+
+   Revised after the first certification (the table above is as committed
+   before it, 75f09a7):
+   - c5-ok-scratch-pool, CODE-4: predicted n/a, wrongly.  CODE-4 is rig's
+     clause, judged on model.rig whatever the driver answers: hostmem's
+     verdict (pass) is the right expectation.  CODE-3 n/a stands; the
+     certifier says fail (tests/test_blind_c5.py, xfail with the reason).
+   - c5-failure: CODE-5 fail as predicted; the certifier also fails EXC-2
+     (rig's clause), which the expectation keeps out (xfail with the
+     reason).
 *)
 
 open Rig_edge
