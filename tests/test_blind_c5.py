@@ -16,7 +16,7 @@ with the reason.
 |-------------------|--------------|--------|
 | c5-twice-capacity | too-big bound is 2*capacity: a need in (capacity, 2*capacity] answers No_memory | CODE-5 |
 | c5-kib-vs-bytes   | too-big test compares KiB with bytes: needs up to 4 GiB answer No_memory | CODE-5 |
-| c5-failure        | a too-big function raises Failure, not Invalid_argument | CODE-5 (xfail: EXC-2 fails too) |
+| c5-failure        | a too-big function raises Failure, not Invalid_argument | CODE-5 |
 
 Conforming drivers: every clause's verdict must be hostmem's, but where
 given.
@@ -24,7 +24,7 @@ given.
 | driver              | what it does | verdicts other than hostmem's |
 |---------------------|--------------|-------------------------------|
 | c5-ok-queue-reserve | keeps capacity/4 of Device memory for its queues; too-big judged against the 3/4 it offers | none |
-| c5-ok-scratch-pool  | scratch from a 2*capacity host pool apart from alloc's budget | CODE-3 n/a (xfail: the certifier says fail) |
+| c5-ok-scratch-pool  | scratch from a 2*capacity host pool apart from alloc's budget | CODE-3 n/a |
 | c5-ok-image-refuses | image refuses a binary with a too-big function | CODE-5 n/a (predicted) |
 """
 
@@ -42,18 +42,10 @@ BROKEN = {
 
 MISSED = {}
 
-# Caught (CODE-5 fail), but the certifier also fails a clause of rig's for
-# the driver's bug.
-MISJUDGED = {
-    # EXC-2 is rig's ("An Invalid_argument from entry loses nothing"): with a
-    # driver whose entry raises Failure there is no Invalid_argument for rig
-    # to keep from losing the device, so rig.entry-invalid cannot judge rig
-    # here (n/a); rig did what EXC-1 asks (the Failure lost the device).
-    # The certifier reports the scenario's Failure as a violation of rig's
-    # clause, on top of the driver's CODE-5.
-    "c5-failure": "misjudged: EXC-2 fail as well as CODE-5 [rig.entry-invalid raised the driver's Failure; "
-    "a rig clause the driver's bug leaves untestable, n/a, not fail]",
-}
+# c5-failure was misjudged at first: rig.entry-invalid failed rig's EXC-2
+# with the driver's own Failure, which rig passed on.  A flow that ends on
+# an exception a driver call raised is not judged now (n/a).
+MISJUDGED: dict = {}
 
 CONFORMING = {
     "c5-ok-queue-reserve": {},
@@ -65,17 +57,10 @@ CONFORMING = {
     "c5-ok-image-refuses": {"CODE-5": "n/a"},
 }
 
-XFAIL = {
-    # probe.CODE-3.no-memory fills alloc's Device memory and expects
-    # No_memory from entry; this driver's scratch is a pool of its own
-    # (2*capacity) that alloc never draws on, so it has the n bytes and
-    # answers Entry.  The document asks for No_memory only "if the device has
-    # no memory for the n bytes f's launches need", and nowhere says f's
-    # scratch is the memory alloc gives (CODE-5 passes the same driver,
-    # whose entry answers Entry for needs up to 2*capacity).
-    "c5-ok-scratch-pool": "misjudged: CODE-3 fail [entry answered Entry with alloc's memory full: "
-    "its scratch comes from a pool alloc never draws on, and that pool had the bytes]",
-}
+# c5-ok-scratch-pool failed CODE-3 at first (entry answered Entry with
+# alloc's memory full); probe.CODE-3.no-memory now takes that answer as a
+# scratch from memory the probe cannot fill, and is n/a.
+XFAIL: dict = {}
 
 
 @pytest.mark.parametrize("driver", params(sorted(BROKEN), {**MISSED, **MISJUDGED}))

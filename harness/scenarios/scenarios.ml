@@ -547,6 +547,12 @@ let driver_failure (events : Validate.event list) =
         | _ -> None)
     events
 
+(* Whether [e] is an exception a driver call raised, which rig passed on
+   to the program (EXC-1: rig loses the device and re-raises it). *)
+let raised_by_driver (events : Validate.event list) e =
+  let text = Validate_rules.short_exn e in
+  List.exists (fun (ev : Validate.event) -> ev.phase = Validate.Raise text) events
+
 let case flow =
   let run (module P : Rig_edge.Package) ~seed =
     try
@@ -566,11 +572,14 @@ let case flow =
       | exception _ when !Case.injecting ->
           F.close_all ();
           Ran (seen ())
-      | exception ((Rig.Device_lost _ | Rig.Out_of_memory _) as e) when driver_failure (F.V.events ()) <> None -> (
+      | exception e
+        when (match e with Rig.Device_lost _ | Rig.Out_of_memory _ -> true | e -> raised_by_driver (F.V.events ()) e)
+             && driver_failure (F.V.events ()) <> None -> (
           (* rig told the program of a driver's failure (a Fault, another
-             exception, a failure answer): the driver's doing, which the
-             driver's clauses judge, not this rig-side case's clause.  What
-             the validation layer and the flow saw before still counts. *)
+             exception, which rig passes on, a failure answer): the driver's
+             doing, which the driver's clauses judge, not this rig-side
+             case's clause.  What the validation layer and the flow saw
+             before still counts. *)
           match seen () with
           | [] ->
               Not_applicable
