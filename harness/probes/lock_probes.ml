@@ -346,8 +346,8 @@ module Probe (Pk : Rig_edge.Package) = struct
      unmoved), another OCaml thread must run.  It counts its turns; the
      probe sums the turns taken while a sleep was in flight and compares
      their rate with the thread's free rate, measured just before and just
-     after while this thread waits in Thread.delay (which releases the
-     runtime).  A wait that releases the runtime lets the thread turn about
+     after (as long each time, and averaged) while this thread waits in
+     Thread.delay (which releases the runtime).  A wait that releases the runtime lets the thread turn about
      as freely (the two rates are within some 30% of each other, also under
      load); a step that keeps it lets the thread in only where the step
      hands the runtime over (at the tick, between slices): a few turns, or a
@@ -368,9 +368,11 @@ module Probe (Pk : Rig_edge.Package) = struct
 
   let sig3_measure d ~turns =
     let now () = Unix.gettimeofday () *. 1000. in
+    (* As long as the sleeps' window, so that the load of the machine
+       weighs on both alike *)
     let free_rate () =
       let before = Atomic.get turns and t0 = now () in
-      Thread.delay 0.02;
+      Thread.delay (blocked_goal_ms /. 1000.);
       float (Atomic.get turns - before) /. (now () -. t0)
     in
     let w = D.signaled d in
@@ -384,7 +386,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     in
     let r0 = free_rate () in
     let calls, blocked_ms, inside = sleeps ~calls:0 ~blocked_ms:0. ~inside:0 in
-    { calls; blocked_ms; inside; free_rate = Float.min r0 (free_rate ()) }
+    { calls; blocked_ms; inside; free_rate = (r0 +. free_rate ()) /. 2. }
 
   let kept m = float m.inside /. m.blocked_ms < kept_share *. m.free_rate
 
