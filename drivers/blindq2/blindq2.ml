@@ -77,6 +77,34 @@
                            it does not fit: hostmem's path)                growth might        nothing to make.  [Q6] is about rig
                                                                            apply here)
    q2-copy (control)       the copy, variant 0: hostmem's queues           same as hostmem    (checks the copy itself)
+
+   Revisions, written after the first certification of the rows above (the
+   rows are left as they were recorded in commit 848ae87):
+
+   - q2-shared-pool: the certifier fails QUEUE-1 ("grow on one thread ...
+     changed what room reads: another thread's room ... answered RIG_GROW
+     before that grow and Room after it").  My [Q1] "kept" was wrong: the
+     shared pool IS something the C functions read (every thread's room),
+     so grow changed what they read; the only room [Q1] lets see a growth
+     is the grown thread's ("the parts of the submission whose room last
+     answered RIG_GROW on the calling thread").  Any pool that another
+     thread's room can take from breaks [Q1] too, so the expectation is now
+     QUEUE-1 and QUEUE-2 fail.  Its QUEUE-2 pass is a miss: the check
+     (check/) shows the grown thread's room answering RIG_GROW again.
+   - q2-ok-formal-grow: the certifier fails QUEUE-2 ("room answered
+     RIG_GROW again for the same parts").  My expectation was wrong: the
+     driver tells a new submission by its struct pointer, and [Q2] is about
+     "those parts": nothing in the contract promises the same struct, and
+     the check's "reenc" case (the same parts encoded anew) re-grows.  It
+     is kept, as written, as a broken driver: QUEUE-2 fails.
+   - added, expectation recorded before its certification:
+
+   driver                     what it does                                 expected           sentence
+   -------------------------  -------------------------------------------  -----------------  --------
+   q2-ok-formal-grow-thread   q2-ok-formal-grow, where "new" means no      same as hostmem    as q2-ok-formal-grow's; [Q2] kept for
+                              formal grow was asked on this thread since                      any struct: after a Grown the thread's
+                              its last submit (a per-thread flag),                            rooms take hostmem's path until submit
+                              whatever struct s is
 *)
 
 open Rig_edge
@@ -356,5 +384,6 @@ let packages =
     package "q2-ok-big-blocks" 4;
     package "q2-ok-generous-reserve" 5;
     package "q2-ok-formal-grow" 6;
+    package "q2-ok-formal-grow-thread" 7;
     package "q2-copy" 0;
   ]

@@ -91,6 +91,7 @@ struct thr {
   uint32_t need;              /* slots of the submission that asked to grow */
   uint32_t target;            /* slots of earmark grow must reach for it */
   const void *asked;          /* V_FORMAL: the submission room asked a formal grow for */
+  int formal;                 /* V_FORMAL_THREAD: a formal grow was asked since the last submit */
   uint32_t earmark_slots;     /* slots grow made for this thread */
   struct block *earmark;      /* those blocks */
   struct slot *open_head, *open_tail;  /* encoded, not committed */
@@ -104,7 +105,8 @@ enum variant {
   V_DEVICE_STAGE = 3,    /* broken */
   V_BIG_BLOCKS = 4,      /* conforming */
   V_GENEROUS = 5,        /* conforming */
-  V_FORMAL = 6           /* conforming */
+  V_FORMAL = 6,          /* meant conforming; broken (see blindq2.ml) */
+  V_FORMAL_THREAD = 7    /* conforming: V_FORMAL keyed on the thread */
 };
 #define BIG_SLOTS (8 * SLOTS_PER_BLOCK) /* V_BIG_BLOCKS: growths are made in units of this */
 
@@ -505,8 +507,25 @@ static int q2_room(void *dev, const struct rig_submission *s) {
         t->target = need - avail;
       }
       break;
+    case V_FORMAL_THREAD:
+      /* CONFORMING.  V_FORMAL with "new" meaning: no formal grow was asked
+       * on this thread since its last submit, whatever struct s is. */
+      if (!t->formal) {
+        t->formal = 1;
+        if ((uint64_t)avail + t->earmark_slots >= need) {
+          adopt_earmark(d, t);
+          t->need = 0;
+          t->target = 0;
+          reserve(d, t, need);
+        } else {
+          t->need = need;
+          t->target = need;
+        }
+        break; /* RIG_GROW */
+      }
+      goto hostmem;
     case V_FORMAL:
-      /* CONFORMING.  A submission new to this thread is first answered
+      /* MEANT CONFORMING (broken: "new" is a new struct pointer).  A submission new to this thread is first answered
        * RIG_GROW: when it fits, its slots are reserved now and grow makes
        * nothing; the next room answers as hostmem's does. */
       if (t->asked != (const void *)s) {
@@ -525,6 +544,7 @@ static int q2_room(void *dev, const struct rig_submission *s) {
       __attribute__((fallthrough)); /* into hostmem's */
     case V_BIG_BLOCKS: /* CONFORMING: room is hostmem's, grow rounds up */
     default:
+    hostmem:
       if ((uint64_t)avail + t->earmark_slots >= need) {
         adopt_earmark(d, t);
         t->need = 0;
@@ -577,6 +597,7 @@ static int q2_submit(void *dev, const struct rig_submission *s, uint64_t value) 
   d->reserved_total -= t->reserved;
   t->reserved = 0;
   t->asked = NULL;
+  t->formal = 0;
   rc = 0;
 out:
   if (t) thr_maybe_free(t);
