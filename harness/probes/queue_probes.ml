@@ -185,12 +185,13 @@ module Probe (Pk : Rig_edge.Package) = struct
   let quit a = Event.sync (Event.send a.ask None); Thread.join a.th
 
   (* One thread: room answers RIG_GROW, grow Grown, room again must make
-     room.  Then the same with another thread's room in between: A's room
-     answers RIG_GROW, B's room for a small submission answers (RIG_ROOM,
-     or RIG_GROW and B grows), A's grow answers Grown, and A's room must make
-     room "whatever other submissions' growths answer": a growth of just
-     what A missed, with no hold on what A's room saw free, is not enough
-     once B's room took some of it. *)
+     room.  Then with another thread's turn in between, "whatever other
+     submissions' growths answer": A's room answers RIG_GROW; B's room (and,
+     where it answers RIG_GROW, B's grow and room again), for a submission
+     of 1 part or of as many as A's, comes before A's grow or after it; A's
+     room after Grown must make room.  Growths that hold nothing of what
+     A's room saw free, that go to a pool any room takes from, or that a
+     later grow on another thread takes over, each fail one of the four. *)
   let queue2 ~seed:_ =
     let d = open_first () in
     let r = Option.get (alloc d 64) in
@@ -201,6 +202,41 @@ module Probe (Pk : Rig_edge.Package) = struct
       | Rig_edge.Short _ -> raise (Not_applicable_here "grow answered Short with the device's memory free")
       | Grown -> ()
     in
+    (* B's turn: whether B got room (its submission then waits in the
+       queues until A's room was judged). *)
+    let b_turn sb =
+      on b (fun () ->
+          match room d sb with
+          | Rig_edge.Room -> true
+          | Grow -> (match grow d with Rig_edge.Grown -> room d sb = Rig_edge.Room | Short _ -> false))
+    in
+    let interleaved (before_grow, b_parts) =
+      if !acc = [] then begin
+        let parts = on a (fun () -> growing_parts d r) in
+        let sa = fills d r parts and sb = fills d r (b_parts parts) in
+        let b_has_room =
+          if before_grow then begin
+            let h = b_turn sb in
+            on a grown_or_skip;
+            h
+          end
+          else begin
+            on a grown_or_skip;
+            b_turn sb
+          end
+        in
+        (match on a (fun () -> room d sa) with
+        | Rig_edge.Room -> on a (fun () -> finish d sa)
+        | Grow ->
+            acc :=
+              [ finding "QUEUE-2"
+                  "after grow answered Grown, room answered RIG_GROW again for the same %d parts: another thread's room for %d part(s)%s came %s"
+                  parts (b_parts parts)
+                  (if b_parts parts > 1 then " (and its grow where its room answered RIG_GROW)" else "")
+                  (if before_grow then "between the first room and the grow" else "between the grow and the room after it") ]);
+        if b_has_room then on b (fun () -> finish d sb)
+      end
+    in
     Fun.protect
       ~finally:(fun () -> List.iter quit [ a; b ]; close d [ r ])
       (fun () ->
@@ -210,24 +246,7 @@ module Probe (Pk : Rig_edge.Package) = struct
             match room d s with
             | Rig_edge.Room -> finish d s
             | Grow -> acc := [ finding "QUEUE-2" "after grow answered Grown, room answered RIG_GROW again for the same parts" ]);
-        if !acc = [] then begin
-          let parts = on a (fun () -> growing_parts d r) in
-          let sa = fills d r parts and sb = fills d r 1 in
-          let b_has_room =
-            on b (fun () ->
-                match room d sb with
-                | Rig_edge.Room -> true
-                | Grow -> (match grow d with Rig_edge.Grown -> room d sb = Rig_edge.Room | Short _ -> false))
-          in
-          (match on a (fun () -> grown_or_skip (); room d sa) with
-          | Rig_edge.Room -> on a (fun () -> finish d sa)
-          | Grow ->
-              acc :=
-                [ finding "QUEUE-2"
-                    "after grow answered Grown, room answered RIG_GROW again for the same %d parts: another thread's room for 1 part came between the first room and the grow"
-                    parts ]);
-          if b_has_room then on b (fun () -> finish d sb)
-        end);
+        List.iter interleaved [ (true, fun _ -> 1); (true, Fun.id); (false, fun _ -> 1); (false, Fun.id) ]);
     !acc
 
   (* Thread A: room (small) answers RIG_GROW.  Thread B: room (big, twice
