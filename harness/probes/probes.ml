@@ -313,9 +313,9 @@ module Kit (P : Package) = struct
 
   (* [stop s dev ~bound_ms]: stop under the watchdog, with no call of [dev]
      in flight; the seconds it took. *)
-  let stop s dev ~bound_ms =
+  let stop ?(on_return = ignore) s dev ~bound_ms =
     let t0 = now () in
-    match watch ~ms:bound_ms (fun () -> m (fun () -> D.stop dev.d ~fault:dev.lost)) with
+    match watch ~ms:bound_ms (fun () -> m (fun () -> D.stop dev.d ~fault:dev.lost); on_return ()) with
     | Done () ->
         dev.stopped <- true;
         Stop_returned (now () -. t0)
@@ -323,6 +323,11 @@ module Kit (P : Package) = struct
         dev.stopped <- true;
         Stop_raised (e, now () -. t0)
     | Late -> abandon s "%s: stop did not return within %d ms" dev.oname bound_ms
+
+  let word_at_stop s dev ~bound_ms =
+    let at_return = ref None in
+    ignore (stop s dev ~bound_ms ~on_return:(fun () -> at_return := Some (D.signaled dev.d)));
+    match !at_return with Some w -> w | None -> D.signaled dev.d
 
   (* Close as rig does: let the work end (unless it hangs or the device is
      lost), then stop. *)

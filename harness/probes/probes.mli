@@ -69,6 +69,7 @@ module Kit (P : Rig_edge.Package) : sig
 
   val run : clause:string -> seed:int -> (session -> unit) -> Case.result
   val flag : session -> ('a, unit, string, unit) format4 -> 'a
+
   val int : session -> int -> int
   val byte : session -> int
   val other_byte : session -> int -> int
@@ -115,7 +116,16 @@ module Kit (P : Rig_edge.Package) : sig
 
   type stopped = Stop_returned of float | Stop_raised of exn * float
 
-  val stop : session -> dev -> bound_ms:int -> stopped
+  (** [stop s dev ~bound_ms] stops [dev] on a thread of its own, bounded;
+      [on_return] runs on that thread as soon as stop returned (to read
+      what stop left, before anything else may have changed it). *)
+  val stop : ?on_return:(unit -> unit) -> session -> dev -> bound_ms:int -> stopped
+
+  (** [word_at_stop s dev ~bound_ms]: stops [dev] and answers the word as
+      signaled read it on stop's thread the moment stop returned (a value a
+      thread of the driver's writes a moment later does not show). *)
+  val word_at_stop : session -> dev -> bound_ms:int -> int
+
   val close : session -> dev -> unit
   val settled : dev -> ms:int -> bool
   val release_dev : session -> dev -> unit
