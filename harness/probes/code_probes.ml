@@ -50,6 +50,24 @@ let code2_entry (module P : Package) ~seed =
       | Absent -> ()
       | Entry _ -> K.flag s "entry of %S, which the image lacks, answered Entry" absent
       | No_memory k -> K.flag s "entry of %S, which the image lacks, answered No_memory %d" absent k);
+      (* Nor after a prepare of another function of an image: kit.binary's
+         spin, then the prepare of another of its functions, then spin's
+         entry again. *)
+      (match (P.kit.spin, List.filter_map Fun.id [ P.kit.hang; P.kit.fault ]) with
+      | Some spin, other :: _ -> (
+          let bi = K.binary_image s dev in
+          match K.entry bi spin with
+          | Entry e1 -> (
+              (* the handle only: what the prepare started may take memory
+                 meanwhile *)
+              (try Prim.masked (fun () -> P.D.prepare bi.image other) with _ -> ());
+              match K.entry bi spin with
+              | Entry e2 when e2 = e1 -> ()
+              | Entry e2 -> K.flag s "entry of %S after a prepare of %S answered a new handle (%Ld, then %Ld)" spin other e1 e2
+              | Absent -> K.flag s "entry of %S after a prepare of %S answered Absent, having answered Entry" spin other
+              | No_memory k -> K.flag s "entry of %S after a prepare of %S answered No_memory %d, having answered Entry" spin other k)
+          | _ -> ())
+      | _ -> ());
       (* A launch with the device's memory full must still run. *)
       let launch = [ Launch { entry = h; args = [] } ] in
       ignore (K.run_or_skip s dev launch "a first launch of the scratch function");
