@@ -184,9 +184,9 @@ let mem7_whole_pages (module P : Package) ~seed =
          any smaller unit than the page (1 KiB, 2 KiB) ends before it. *)
       let n = 4096 + (word * K.int s 255) + 1 + K.int s (word - 1) in
       let r = K.map_host s dev addr n in
-      let fill_and_check ~off ~len what =
+      let fill_and_check ?(via = r) ~off ~len what =
         let bt = 1 + K.int s 255 in
-        match K.submit dev [ K.fill_part r ~off ~len ~byte:bt ] with
+        match K.submit dev [ K.fill_part via ~off ~len ~byte:bt ] with
         | Error e ->
             K.flag s "map_host of %d bytes: a Fill of %s could not be submitted: %s" n what e;
             false
@@ -214,7 +214,14 @@ let mem7_whole_pages (module P : Package) ~seed =
       then begin
         let later = List.init 2 (fun _ -> fst (K.host_pages s 4096)) in
         List.iter (fun a -> ignore (K.map_host s dev a 4096)) later;
-        ignore (fill_and_check ~off:0 ~len:8192 "its whole pages, after two map_host of other pages")
+        if fill_and_check ~off:0 ~len:8192 "its whole pages, after two map_host of other pages" then begin
+          (* The same pages again, twice, as whole pages: each mapping maps
+             them all, whatever was mapped there before. *)
+          let again = List.init 2 (fun _ -> K.map_host s dev addr 8192) in
+          List.iteri
+            (fun k via -> ignore (fill_and_check ~via ~off:0 ~len:8192 (spf "all 8192 bytes through map_host %d of the same two pages" (k + 2))))
+            again
+        end
       end)
 
 (* MEM-8: dma's Errors name a malformed or absent fn; the kit's fn reaches. *)
