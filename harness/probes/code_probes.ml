@@ -219,10 +219,11 @@ let code6_prepare (module P : Package) ~seed =
               | No_memory k ->
                   K.flag s "entry of %S, once the memory taken was freed, still answered No_memory %d (what its prepare met)" g k))
 
-(* CODE-7: prepares of a function that has an entry make nothing.  prepare
-   may start its work and return: the memory is measured again once a
-   moment has passed, and not through a second entry, whose making nothing
-   new is CODE-2's. *)
+(* CODE-7: prepares of a function that has an entry make nothing, also
+   after another image of the device was loaded and unloaded.  prepare may
+   start its work and return: the memory is measured again once a moment
+   has passed, and not through a second entry, whose making nothing new is
+   CODE-2's. *)
 let code7_prepare_idle (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"CODE-7" ~seed (fun s ->
@@ -237,7 +238,18 @@ let code7_prepare_idle (module P : Package) ~seed =
       Thread.delay 0.1;
       let after = K.free_bytes s dev in
       if after <> before then
-        K.flag s "%d prepares of %S, which had an entry, changed free Device memory from %d to %d bytes" times f before after)
+        K.flag s "%d prepares of %S, which had an entry, changed free Device memory from %d to %d bytes" times f before after
+      else
+        match K.image s dev P.kit.binary with
+        | Error _ -> ()
+        | Ok other ->
+            K.unload_img other;
+            let before = K.free_bytes s dev in
+            (try Prim.masked (fun () -> P.D.prepare i.image f) with _ -> ());
+            Thread.delay 0.1;
+            let after = K.free_bytes s dev in
+            if after <> before then
+              K.flag s "a prepare of %S, which had an entry, after another image of the device was loaded and unloaded, changed free Device memory from %d to %d bytes" f before after)
 
 let cases =
   [

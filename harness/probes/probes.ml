@@ -176,6 +176,8 @@ module Kit (P : Package) = struct
     | Error why -> Error why
     | Ok image -> Ok { idev = dev; image; ires = track s dev (fun () -> call dev (fun () -> D.unload image)) }
 
+  let unload_img (i : img) = release i.ires
+
   let entry (i : img) f = call i.idev (fun () -> D.entry i.image f)
 
   let place (r : reg) = D.locate r.dev.d r.region

@@ -87,6 +87,9 @@ module Kit (P : Rig_edge.Package) : sig
   val map_host : session -> dev -> nativeint -> int -> reg
   val host_pages : session -> int -> nativeint * Host_pages.t
   val image : session -> dev -> string -> (img, string) result
+
+  (** [unload_img i]: unloads [i] now (once: not again at the session's end). *)
+  val unload_img : img -> unit
   val entry : img -> string -> Rig_edge.entry_answer
   val binary_image : session -> dev -> img
   val kit_entry : session -> dev -> string -> string -> int64
