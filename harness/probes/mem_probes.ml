@@ -53,9 +53,32 @@ let mem2_distinct (module P : Package) ~seed =
               K.flag s "region %d (%s, %d bytes) does not hold the bytes written into it: byte %d reads %02x, not %02x (alloc overlaps another region?)"
                 i label n !j (Char.code got.[!j]) (Char.code p.[!j])
           | _ -> ())
-        written)
+        written;
+      (* Two regions stay two after a refused image and a free came before
+         them: alloc, image of kit.refused_binary, free, alloc, alloc. *)
+      match P.kit.refused_binary with
+      | Some bad when dev.lost = None -> (
+          let n = word * (1 + K.int s 64) in
+          match K.alloc s dev Device n with
+          | None -> ()
+          | Some first -> (
+              ignore (K.image s dev bad);
+              K.free_reg first;
+              match (K.alloc s dev Device n, K.alloc s dev Device n) with
+              | Some b, Some c ->
+                  let pb = K.pattern s n in
+                  let pc = String.map (fun ch -> Char.chr (Char.code ch lxor 0xff)) pb in
+                  if K.write b ~off:0 pb && K.write c ~off:0 pc then (
+                    match K.read b ~off:0 ~len:n with
+                    | Some got when got <> pb ->
+                        K.flag s "after alloc, an image of kit.refused_binary and a free, two allocs of %d bytes of Device memory share their bytes: a write through the second changed the first" n
+                    | _ -> ())
+              | _ -> ()))
+      | _ -> ())
 
-(* MEM-4: peer answers the same once either device is stopped. *)
+(* MEM-4: peer answers the same once either device is stopped; and a device
+   opened anew under a's name (three times) answers as its hardware does:
+   false where map_peer of b's Device memory then maps it is no answer. *)
 let mem4_peer_stable (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"MEM-4" ~seed (fun s ->
@@ -80,10 +103,31 @@ let mem4_peer_stable (module P : Package) ~seed =
         if ab' <> ab then K.flag s "peer %s %s was %b at open, %b %s" a.oname b.oname ab ab' when_;
         if ba' <> ba then K.flag s "peer %s %s was %b at open, %b %s" b.oname a.oname ba ba' when_
       in
+      let a_opener = List.find (fun (o : _ Rig_edge.opener) -> o.name = a.oname) (K.openers ()) in
+      let rec reopen a k =
+        if k = 0 then a
+        else begin
+          K.close s a;
+          reopen (K.open_dev s a_opener) (k - 1)
+        end
+      in
+      let a' = reopen a 3 in
+      let ab' = P.D.peer a'.d b.d in
+      if ab && not ab' then (
+        match K.alloc s b Device n with
+        | None -> ()
+        | Some r -> (
+            match K.map_peer s a' r with
+            | _ ->
+                K.flag s "peer %s %s is false for the device opened anew three times under %s's name, yet map_peer of %d bytes of %s's Device memory maps it (peer was true for the first %s)"
+                  a'.oname b.oname a.oname n b.oname a.oname
+            | exception _ -> ()))
+      else if ab' then try_map a' b true;
       K.close s b;
       check (spf "once %s is stopped" b.oname);
-      K.close s a;
-      check "once both are stopped")
+      K.close s a';
+      let ab'' = P.D.peer a'.d b.d in
+      if ab'' <> ab' then K.flag s "peer %s %s was %b at open, %b once both are stopped" a'.oname b.oname ab' ab'')
 
 (* MEM-5: map_peer maps the memory of r itself, both ways, also for work,
    and each mapping keeps it mapped until it is freed: after each new
