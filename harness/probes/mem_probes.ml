@@ -64,18 +64,19 @@ let mem2_distinct (module P : Package) ~seed =
           | Some first -> (
               (* An image that raises is CODE-1's, and leaves nothing to judge here *)
               (try ignore (K.image s dev bad) with _ -> ());
-              if dev.lost = None then
-              let () = K.free_reg first in
-              match (K.alloc s dev Device n, K.alloc s dev Device n) with
-              | Some b, Some c ->
-                  let pb = K.pattern s n in
-                  let pc = String.map (fun ch -> Char.chr (Char.code ch lxor 0xff)) pb in
-                  if K.write b ~off:0 pb && K.write c ~off:0 pc then (
-                    match K.read b ~off:0 ~len:n with
-                    | Some got when got <> pb ->
-                        K.flag s "after alloc, an image of kit.refused_binary and a free, two allocs of %d bytes of Device memory share their bytes: a write through the second changed the first" n
-                    | _ -> ())
-              | _ -> ()))
+              if dev.lost = None then begin
+                K.free_reg first;
+                match (K.alloc s dev Device n, K.alloc s dev Device n) with
+                | Some b, Some c ->
+                    let pb = K.pattern s n in
+                    let pc = String.map (fun ch -> Char.chr (Char.code ch lxor 0xff)) pb in
+                    if K.write b ~off:0 pb && K.write c ~off:0 pc then (
+                      match K.read b ~off:0 ~len:n with
+                      | Some got when got <> pb ->
+                          K.flag s "after alloc, an image of kit.refused_binary and a free, two allocs of %d bytes of Device memory share their bytes: a write through the second changed the first" n
+                      | _ -> ())
+                | _ -> ()
+              end))
       | _ -> ())
 
 (* MEM-4: peer answers the same once either device is stopped; and a device

@@ -427,7 +427,7 @@ module Flows (P : Rig_edge.Package) = struct
     | _ | (exception Rig.Out_of_memory _) -> ());
     let rec after_short = function
       | ({ Validate.fn = "grow"; phase = Return r; _ } : Validate.event) :: rest
-        when String.length r >= 5 && String.sub r 0 5 = "Short" -> Some rest
+        when String.starts_with ~prefix:"Short" r -> Some rest
       | _ :: rest -> after_short rest
       | [] -> None
     in
