@@ -30,6 +30,7 @@ external c_image_load : cdev -> string array -> int array -> int array -> native
   = "fake_stub_image_load"
 external c_entry : nativeint -> int -> int = "fake_stub_entry"
 external c_prepare : nativeint -> int -> unit = "fake_stub_prepare"
+external c_prepare_traced : nativeint -> int -> (int -> unit) -> unit = "fake_stub_prepare_traced"
 external c_scratch : nativeint -> int -> int = "fake_stub_scratch"
 external c_unload : nativeint -> unit = "fake_stub_unload"
 external c_grow : cdev -> int = "fake_stub_grow"
@@ -155,6 +156,9 @@ let entry_mutex = Mutex.create ()
 (* The free-lock-uncounted mutant's statistics and their mutex. *)
 let free_mutex = Mutex.create ()
 let last_freed = ref None
+
+(* The prepare-c-lock-uncounted mutant's trace: the last prepare started. *)
+let prepare_trace = ref ""
 
 let wait_dropping_lock wait =
   P.hold ();
@@ -387,6 +391,7 @@ module D = struct
               (* Makes the entry at once, and says when memory is short. *)
               if c_entry i.iptr k = -2 then failwith (Printf.sprintf "fake: prepare %s: no memory for its scratch" f)
             end
+            else if i.on.mut = m_prepare_c_lock_uncounted then c_prepare_traced i.iptr k (fun k -> prepare_trace := Printf.sprintf "prepare %s (function %d)" f k)
             else c_prepare i.iptr k)
 
   let grow t =

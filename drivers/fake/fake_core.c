@@ -800,6 +800,13 @@ void fake_prepare(struct fake_image *im, size_t i) {
   dev_unlock(d);
 }
 
+int fake_has_entry(struct fake_image *im, size_t i) {
+  dev_lock(im->dev);
+  int made = im->fns[i].entry != 0;
+  dev_unlock(im->dev);
+  return made;
+}
+
 uint64_t fake_image_scratch(const struct fake_image *im, size_t i) { return im->fns[i].scratch; }
 
 void fake_unload(struct fake_image *im) {

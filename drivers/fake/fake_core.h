@@ -74,7 +74,8 @@ enum fake_mutant {
   FAKE_M_ENTRY_FULL_NO_MEMORY = 71, /* CODE-3: entry answers No_memory when the free memory is exactly f's scratch */
   FAKE_M_ENTRY_TOO_BIG_TWICE = 72, /* CODE-5: Invalid_argument only past twice the device's memory */
   FAKE_M_ROOM_NO_HOLD = 73,      /* QUEUE-2: a room that answers RIG_GROW holds none of the free slots */
-  FAKE_M_MAP_HOST_ONE_WINDOW = 75 /* MEM-7: a map_host unmaps the device's previous host mapping */
+  FAKE_M_MAP_HOST_ONE_WINDOW = 75, /* MEM-7: a map_host unmaps the device's previous host mapping */
+  FAKE_M_PREPARE_C_LOCK_UNCOUNTED = 76 /* LOCK-3 (stubs only): prepare holds a C mutex uncounted across OCaml code */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */
@@ -160,6 +161,8 @@ struct fake_image *fake_image_load(struct fake_dev *d, size_t n,
 int64_t fake_entry(struct fake_image *im, size_t i);
 /* Makes the entry of function i if it has none; reports nothing. */
 void fake_prepare(struct fake_image *im, size_t i);
+/* Whether function i of im has its entry made (prepare-c-lock-uncounted). */
+int fake_has_entry(struct fake_image *im, size_t i);
 uint64_t fake_image_scratch(const struct fake_image *im, size_t i);
 void fake_unload(struct fake_image *im);
 

@@ -8,11 +8,13 @@
  * runtime while they do (SIG-3).
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <caml/alloc.h>
+#include <caml/callback.h>
 #include <caml/custom.h>
 #include <caml/fail.h>
 #include <caml/memory.h>
@@ -149,6 +151,27 @@ value fake_stub_entry(value im, value i) {
 value fake_stub_prepare(value im, value i) {
   fake_prepare(Image_val(im), (size_t)Long_val(i));
   return Val_unit;
+}
+
+/* The prepare-c-lock-uncounted mutant's prepare (LOCK-3): a function with
+ * no entry yet is made under the compile lock, a C mutex, held while the
+ * OCaml trace hook runs, which nothing counts with rig_hold.  A function
+ * with its entry made returns before the lock. */
+static pthread_mutex_t compile_mu = PTHREAD_MUTEX_INITIALIZER;
+
+value fake_stub_prepare_traced(value im, value i, value trace) {
+  CAMLparam3(im, i, trace);
+  struct fake_image *fi = Image_val(im);
+  size_t k = (size_t)Long_val(i);
+  if (fake_has_entry(fi, k)) CAMLreturn(Val_unit);
+  caml_release_runtime_system(); /* so that the holder never waits for the runtime */
+  pthread_mutex_lock(&compile_mu);
+  caml_acquire_runtime_system();
+  value r = caml_callback_exn(trace, i);
+  if (!Is_exception_result(r)) fake_prepare(fi, k);
+  pthread_mutex_unlock(&compile_mu);
+  if (Is_exception_result(r)) caml_raise(Extract_exception(r));
+  CAMLreturn(Val_unit);
 }
 
 value fake_stub_scratch(value im, value i) {

@@ -10,17 +10,23 @@ let checks (c : Catalog.clause) (case : Case.t) = List.mem c.id case.clauses
 
 (* The clause that bounds a call, for a call that never returned: a
    hanging sleep is TIME-4's, a hanging stop STOP-2's, whatever the case
-   checked.  A hang of another function fails the clauses of its case. *)
-let clause_of_hang = function
-  | "sleep" -> Some "TIME-4"
-  | "stop" -> Some "STOP-2"
-  | "signaled" -> Some "TIME-1"
-  | "locate" | "peer" -> Some "LOCK-6"
+   checked.  A hang of another function fails the clauses of its case.
+   But a call the LOCK-3 probe made from an allocation inside another call
+   of the same thread, where rig_holds () was 0, that never returns waits
+   for a lock its own thread holds uncounted (a C mutex does not refuse its
+   owner as OCaml's do): LOCK-3's, whatever the call. *)
+let clause_of_hang ?inside (case : Case.t) fn =
+  match (inside, fn) with
+  | Some _, _ when List.mem "LOCK-3" case.clauses -> Some "LOCK-3"
+  | _, "sleep" -> Some "TIME-4"
+  | _, "stop" -> Some "STOP-2"
+  | _, "signaled" -> Some "TIME-1"
+  | _, ("locate" | "peer") -> Some "LOCK-6"
   | _ -> None
 
 (* Whether a hang of [fn] in run [r] fails clause [c]. *)
-let hang_fails (c : Catalog.clause) (r : Runner.result) fn =
-  match clause_of_hang fn with Some k -> k = c.id | None -> checks c r.job.case
+let hang_fails ?inside (c : Catalog.clause) (r : Runner.result) fn =
+  match clause_of_hang ?inside r.job.case fn with Some k -> k = c.id | None -> checks c r.job.case
 
 (* A run killed at its time limit hung in a call if that call had been in
    flight for half the limit at least, and a second; otherwise it was only
@@ -43,9 +49,14 @@ let rec against (c : Catalog.clause) (r : Runner.result) =
       Some
         (Printf.sprintf "case %s did not end within %.0f s%s and was killed" r.job.case.name limit
            (match running with Some w -> " (" ^ w ^ ")" | None -> ""))
-  | Hung { fn; seconds } when hang_fails c r fn ->
+  | Hung { fn; seconds; inside } when hang_fails ?inside c r fn ->
       Some
-        (Printf.sprintf "%s did not return within %.0f s (case %s, seed %d)" fn seconds r.job.case.name r.job.seed)
+        (match inside with
+        | Some outer when clause_of_hang ~inside:outer r.job.case fn = Some "LOCK-3" ->
+            Printf.sprintf
+              "%s, called inside %s at an allocation with rig_holds () = 0, did not return within %.0f s (case %s, seed %d): the thread held a lock of the driver's there it had not counted (a C mutex waits for its owner for good)"
+              fn outer seconds r.job.case.name r.job.seed
+        | _ -> Printf.sprintf "%s did not return within %.0f s (case %s, seed %d)" fn seconds r.job.case.name r.job.seed)
   | _ -> None
 
 (* A run that could not reach its end for a hang that is another clause's:
@@ -57,9 +68,9 @@ let blocked (c : Catalog.clause) (r : Runner.result) =
     | Crashed_once { how; _ } ->
         Some (Printf.sprintf "case %s crashed once (%s), and not when run again: that says nothing of its clauses"
                 r.job.case.name how)
-    | Hung { fn; _ } when clause_of_hang fn <> None && clause_of_hang fn <> Some c.id ->
+    | Hung { fn; inside; _ } when clause_of_hang ?inside r.job.case fn <> None && clause_of_hang ?inside r.job.case fn <> Some c.id ->
         Some (Printf.sprintf "blocked: %s did not return in case %s (%s)" fn r.job.case.name
-                (Option.get (clause_of_hang fn)))
+                (Option.get (clause_of_hang ?inside r.job.case fn)))
     | Blocked { fn; first } ->
         Some (Printf.sprintf "blocked: %s did not return in case %s, as it had not before (%s)" fn r.job.case.name first)
     | Timed_out { limit; stuck; _ } -> (
@@ -69,7 +80,7 @@ let blocked (c : Catalog.clause) (r : Runner.result) =
                     r.job.case.name limit)
         | Some fn when not (hang_fails c r fn) ->
             Some (Printf.sprintf "blocked: %s did not return in case %s (%s)" fn r.job.case.name
-                    (Option.value (clause_of_hang fn) ~default:"its case"))
+                    (Option.value (clause_of_hang r.job.case fn) ~default:"its case"))
         | Some _ -> None)
     | _ -> None
 
@@ -188,9 +199,9 @@ let run_json (r : Runner.result) =
     | Timed_out { limit; stuck; _ } ->
         ( "timeout",
           match stuck_call limit stuck with
-          | Some fn -> ( match clause_of_hang fn with Some k -> [ k ] | None -> r.job.case.clauses)
+          | Some fn -> ( match clause_of_hang r.job.case fn with Some k -> [ k ] | None -> r.job.case.clauses)
           | None -> [] )
-    | Hung { fn; _ } -> ("hang", match clause_of_hang fn with Some k -> [ k ] | None -> r.job.case.clauses)
+    | Hung { fn; inside; _ } -> ("hang", match clause_of_hang ?inside r.job.case fn with Some k -> [ k ] | None -> r.job.case.clauses)
     | Blocked _ -> ("blocked", [])
     | Crashed_once _ -> ("crash-once", [])
   in

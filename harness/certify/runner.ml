@@ -18,7 +18,7 @@ type outcome =
   | Not_applicable of string
   | Crashed of string
   | Timed_out of { limit : float; running : string option; stuck : (string * float) option }
-  | Hung of { fn : string; seconds : float }
+  | Hung of { fn : string; seconds : float; inside : string option }
   | Blocked of { fn : string; first : string }
   | Crashed_once of { how : string; again : outcome }
 
@@ -203,15 +203,17 @@ let hang_key j fn = (j.driver, j.plugins, j.mutant, fn)
 
 (* Whether a call in flight has overstayed: [Some outcome] to end the run. *)
 let overstayed j c =
-  List.find_map
-    (fun (_, calls) ->
-      List.find_map
-        (fun (fn, s) ->
-          match Hashtbl.find_opt hangs (hang_key j fn) with
-          | Some first when s > known_hang_limit -> Some (Blocked { fn; first })
-          | _ -> if s > call_limit fn then Some (Hung { fn; seconds = s }) else None)
-        calls)
-    (Child_process.in_flight c)
+  (* Innermost first: a call made from a callback inside another on the
+     same thread is the one that hangs; the outer one only waits for it. *)
+  let rec innermost = function
+    | [] -> None
+    | (fn, s) :: outer -> (
+        let inside = match outer with (o, _) :: _ -> Some o | [] -> None in
+        match Hashtbl.find_opt hangs (hang_key j fn) with
+        | Some first when s > known_hang_limit -> Some (Blocked { fn; first })
+        | _ -> if s > call_limit fn then Some (Hung { fn; seconds = s; inside }) else innermost outer)
+  in
+  List.find_map (fun (_, calls) -> innermost (List.rev calls)) (Child_process.in_flight c)
 
 (* Every child started, so that a stop signal one of them (or what it
    started) sends is known for what it is. *)
@@ -258,7 +260,9 @@ let collect ?overstay r ended ~timed_out =
         | None -> outcome_of j c ended records
       in
       (match outcome with
-      | Hung { fn; _ } when not (Hashtbl.mem hangs (hang_key j fn)) ->
+      | Hung { fn; inside = None; _ } when not (Hashtbl.mem hangs (hang_key j fn)) ->
+          (* A call that hung inside another (a callback's) hangs for what
+             the outer call holds, not of itself: later runs still wait for it. *)
           Hashtbl.replace hangs (hang_key j fn) (Printf.sprintf "case %s, seed %d" j.case.name j.seed)
       | _ -> ());
       ([ (i, { job = j; outcome; calls = calls_of records; unjudged = unjudged_of j records; seconds }) ], [])

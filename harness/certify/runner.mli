@@ -22,9 +22,11 @@ type outcome =
       (** killed at its limit (seconds); [running]: the driver calls in
           flight then, in words; [stuck]: the one in flight the longest, and
           for how many seconds *)
-  | Hung of { fn : string; seconds : float }
+  | Hung of { fn : string; seconds : float; inside : string option }
       (** killed when the driver call [fn] had been in flight [seconds]: past
-          {!call_limit}, longer than any call of a conforming driver takes *)
+          {!call_limit}, longer than any call of a conforming driver takes;
+          [inside]: the driver call on the same thread that [fn] was called
+          from (by a probe's callback inside it), if any *)
   | Blocked of { fn : string; first : string }
       (** killed when [fn], which had already hung in the run [first] ("case
           C, seed S"), had been in flight past {!known_hang_limit}: the case

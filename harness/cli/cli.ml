@@ -30,10 +30,10 @@ Usage:
       that certify prints beside each failure.  Exit 1 when it finds a violation.
   rig-conform run --scenario FILE [--plugin PATH] [--driver NAME]
       Runs one scenario file (a model counterexample's .scn, say) as a case, the same way.
-  rig-conform selftest [--seeds N] [-j N] [--timeout SECONDS] [--report PATH]
+  rig-conform selftest [--seeds N] [-j N] [--timeout SECONDS] [--report PATH] [--mutant NAME]
       Proves the checks: each mutant of the fake driver and of the reference rig must be
       flagged with exactly its clause, and the conforming pair with nothing across N seeds
-      (default 20).  Writes out/selftest/report.json.
+      (default 20).  --mutant NAME: that mutant's runs only.  Writes out/selftest/report.json.
   rig-conform sweep [--driver NAME] [--only IDS] [-j N] [--shard I/N] [--random N [--seed S]] [--batch N] [--report PATH]
       Systematic fault injection: runs each rig-side scenario once per driver call and
       failure kind the document allows there, failing just that call, and checks what

@@ -2,7 +2,7 @@
    conforming pair clean across seeds; see cmd_selftest.mli. *)
 
 let main args =
-  let o = Cli.parse_opts args ~allowed:[ "--seeds"; "-j"; "--timeout"; "--report"; "--no-color" ] in
+  let o = Cli.parse_opts args ~allowed:[ "--seeds"; "-j"; "--timeout"; "--report"; "--no-color"; "--mutant" ] in
   let drv = Session.driver_info_or_exit o in
   let seeds = if o.seeds = [] then List.init 20 (fun i -> i + 1) else o.seeds in
   let report = Option.value o.report ~default:"out/selftest/report.json" in
@@ -12,9 +12,19 @@ let main args =
     @ List.map (fun (n, c, w) -> (n, c, w, "edge")) Rig_edge_primitives.Mutant.all
     @ List.map (fun (n, c, w) -> (n, c, w, "driver " ^ o.driver)) drv.info_mutants
   in
+  (* --mutant M: that mutant's runs alone, to see one verdict again. *)
+  let mutants =
+    match o.mutant with
+    | None -> mutants
+    | Some m -> (
+        match List.filter (fun (n, _, _, _) -> n = m) mutants with
+        | [] -> Cli.usage_error "selftest --mutant %s: no such mutant of the reference rig, the edge or driver %s (see rig-conform list)" m o.driver
+        | one -> one)
+  in
   let checked = List.sort_uniq compare (List.concat_map (fun (c : Case.t) -> c.clauses) (Known_cases.all_cases ())) in
-  let without_mutant = List.filter (fun id -> not (List.exists (fun (_, c, _, _) -> c = id) mutants)) checked in
+  let without_mutant = if o.mutant <> None then [] else List.filter (fun id -> not (List.exists (fun (_, c, _, _) -> c = id) mutants)) checked in
   let conforming_jobs =
+    if o.mutant <> None then [] else
     List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None; inject = None }) seeds) (Known_cases.all_cases ())
   in
   let mutant_jobs =

@@ -60,7 +60,7 @@ let report_sweep (o : Cli.opts) ~cases ~selected ~report results =
         | Crashed_once { how; _ } -> "crashed once, not when run again: " ^ how
         | Timed_out { limit; running; _ } ->
             Printf.sprintf "killed after %.0f s%s" limit (match running with Some w -> " " ^ w | None -> "")
-        | Hung { fn; seconds } -> Printf.sprintf "%s did not return within %.0f s" fn seconds
+        | Hung { fn; seconds; _ } -> Printf.sprintf "%s did not return within %.0f s" fn seconds
         | Blocked { fn; first } -> Printf.sprintf "blocked: %s had hung before (%s)" fn first
         | Not_applicable _ -> ""
       in

@@ -283,7 +283,8 @@ end
 (* At each allocation of a driver call where rig_holds () is 0, the same
    thread asks alloc (then free) of the device: a driver lock held there
    uncounted makes that take fail (OCaml 5's mutexes refuse a re-take by
-   their owner with Sys_error) or never return (the runner's timeout). *)
+   their owner with Sys_error) or never return (the runner blames LOCK-3
+   for a call that hangs inside another on the same thread). *)
 module Counted (Pk : Rig_edge.Package) = struct
   module D = Pk.D
   module Tour = Tour (Pk)
@@ -300,6 +301,12 @@ module Counted (Pk : Rig_edge.Package) = struct
     (* free cannot run twice on one region (GUAR-1): inside free, another
        region of the device is freed, one of these spares. *)
     let spares = ref (List.filter_map (fun _ -> P.masked (fun () -> try D.alloc d Rig_edge.Device 4 with _ -> None)) [ 1; 2 ]) in
+    (* A prepare of f run again finds f's prepare started and may return
+       before the lock it takes to start one.  So prepare of f runs once
+       more per allocation point k, on an image of its own, and at its k-th
+       allocation with rig_holds () at 0 asks a prepare of another
+       function of that image, which starts one as a first prepare does. *)
+    let nest = ref None (* k, and the prepare to ask there *) and points = ref 0 in
     let call name f =
       let again_inside what g =
         again := true;
@@ -314,6 +321,9 @@ module Counted (Pk : Rig_edge.Package) = struct
       in
       let hook () =
         if P.holds () = 0 && not !again then begin
+          match !nest with
+          | Some (k, what, g) when name = "prepare" -> incr points; if !points = k then again_inside what g
+          | _ ->
           if List.mem name rerunnable then again_inside (name ^ " with the same arguments") (fun () -> ignore (f ()))
           else if name = "free" then
             match !spares with
@@ -356,6 +366,26 @@ module Counted (Pk : Rig_edge.Package) = struct
       match outcome with Ok v -> Some v | Error _ -> None
     in
     Tour.run { call } d ~size:(4 * (1 + (seed mod 16))) ~still_ms:2;
+    (match (Pk.kit.spin, List.find_opt (fun g -> g <> None && g <> Pk.kit.spin) [ Pk.kit.fault; Pk.kit.hang ]) with
+    | Some f, Some (Some g) ->
+        let rec at k =
+          match P.masked (fun () -> D.image d Pk.kit.binary) with
+          | Ok i ->
+              nest := Some (k, Printf.sprintf "prepare of %s (another function of the image)" g, fun () -> D.prepare i g);
+              points := 0;
+              ignore (call "prepare" (fun () -> D.prepare i f));
+              nest := None;
+              (* The entries made, as rig asks them after a prepare: what a
+                 driver keeps of a prepare until then (a queue of names, per
+                 device) is gone before the next image's prepare. *)
+              List.iter (fun h -> try ignore (P.masked (fun () -> D.entry i h)) with _ -> ()) [ f; g ];
+              (try P.masked (fun () -> D.unload i) with _ -> ());
+              (* the last point: prepare allocated no more *)
+              if !points >= k && k < 32 then at (k + 1)
+          | Error _ | (exception _) -> ()
+        in
+        at 1
+    | _ -> ());
     List.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) !spares;
     (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
     if !tried = 0 then raise (Skip "no driver call allocated with rig_holds () at 0");
