@@ -438,3 +438,22 @@ def test_listing_a_hostile_file_name_keeps_the_terminal_safe(tmp_path, work, com
     assert b"scn.caf" in proc.stdout
     assert b"\x1b" not in proc.stdout and b"\xc2\x9b" not in proc.stdout, proc.stdout[-2000:]
     proc.stdout.decode("utf-8")
+
+
+# ----------------------------------------------------------------------------
+# selftest --mutant: one mutant's runs, and a name that is no mutant
+
+
+def test_selftest_unknown_mutant_is_refused(work):  # cmd_selftest.ml
+    proc = _run(["selftest", "--mutant", "no-such-mutant"], work)
+    _refused(proc, ["no-such-mutant", "mutant"], work)
+
+
+def test_selftest_one_mutant_runs_only_its_cases(tmp_path, work):  # cmd_selftest.ml
+    report = tmp_path / "s.json"
+    proc = _run(["selftest", "--mutant", "sleep-word-first", "--report", report], work, timeout=RUN_GUARD)
+    assert proc.returncode == 0, _text(proc.stdout) + _text(proc.stderr)
+    data = json.loads(report.read_text())
+    assert [m["mutant"] for m in data["mutants"]] == ["sleep-word-first"]
+    assert data["mutants"][0]["caught"] and data["mutants"][0]["flagged"] == ["TIME-5"]
+    assert data["conforming"]["runs"] == 0

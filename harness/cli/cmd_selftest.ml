@@ -5,8 +5,6 @@ let main args =
   let o = Cli.parse_opts args ~allowed:[ "--seeds"; "-j"; "--timeout"; "--report"; "--no-color"; "--mutant" ] in
   let drv = Session.driver_info_or_exit o in
   let seeds = if o.seeds = [] then List.init 20 (fun i -> i + 1) else o.seeds in
-  let report = Option.value o.report ~default:"out/selftest/report.json" in
-  Cli.writable_or_exit ~what:"report" report;
   let mutants =
     List.map (fun (n, c, w) -> (n, c, w, "rig")) Rig_mutant.all
     @ List.map (fun (n, c, w) -> (n, c, w, "edge")) Rig_edge_primitives.Mutant.all
@@ -21,6 +19,8 @@ let main args =
         | [] -> Cli.usage_error "selftest --mutant %s: no such mutant of the reference rig, the edge or driver %s (see rig-conform list)" m o.driver
         | one -> one)
   in
+  let report = Option.value o.report ~default:"out/selftest/report.json" in
+  Cli.writable_or_exit ~what:"report" report;
   let checked = List.sort_uniq compare (List.concat_map (fun (c : Case.t) -> c.clauses) (Known_cases.all_cases ())) in
   let without_mutant = if o.mutant <> None then [] else List.filter (fun id -> not (List.exists (fun (_, c, _, _) -> c = id) mutants)) checked in
   let conforming_jobs =
