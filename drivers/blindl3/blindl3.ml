@@ -100,3 +100,464 @@
                           before Mutex.protect and Prim.give right after                       take to after the give; [A2]
                           it, on the return and the raise                                      Mutex.protect
 *)
+
+open Rig_edge
+module Prim = Rig_edge_primitives
+module H = Hostmem.D
+
+(* ------------------------------------------------- the driver's C locks *)
+
+type clock
+
+external c_lock : unit -> clock = "l3_lock_create"
+external c_bump : clock -> unit = "l3_bump"
+external c_account : clock -> int -> int = "l3_account"
+external c_count : clock -> int = "l3_count"
+external c_uncounted : clock -> (unit -> 'a) -> 'a = "l3_locked_uncounted"
+external c_counted : clock -> (unit -> 'a) -> 'a = "l3_locked_counted"
+external c_late : clock -> (unit -> unit) -> (unit -> 'a) -> 'a = "l3_locked_late"
+external c_early : clock -> (unit -> 'a) -> (unit -> unit) -> 'a = "l3_locked_early"
+external c_held : clock -> bool = "l3_held"
+
+(* For the author's check: a page of host memory for map_host. *)
+external test_page : unit -> nativeint = "l3_test_page"
+
+(* -------------------------------------------------------- shared helpers *)
+
+(* A Stdlib Mutex counted from right before the take to right after the
+   give, on both paths (LOCK-3 through Rig_edge_primitives, SIG-9); the take
+   and give themselves are Mutex.protect's (ASYNC-2). *)
+let counted m f =
+  Prim.hold ();
+  match Mutex.protect m f with
+  | x ->
+      Prim.give ();
+      x
+  | exception e ->
+      Prim.give ();
+      raise e
+
+(* Whether a Stdlib Mutex is held (for the author's check): try_lock fails
+   on a mutex held by any thread, its owner included. *)
+let mutex_held m =
+  if Mutex.try_lock m then begin
+    Mutex.unlock m;
+    false
+  end
+  else true
+
+(* The drivers' log: the last lines, kept lock-free (no lock to count). *)
+let log_ring : string list Atomic.t = Atomic.make []
+
+let rec trace line =
+  let old = Atomic.get log_ring in
+  let keep = List.filteri (fun i _ -> i < 63) old in
+  if not (Atomic.compare_and_set log_ring old (line :: keep)) then trace line
+
+let log () = Atomic.get log_ring
+
+let rec push a x =
+  let old = Atomic.get a in
+  if not (Atomic.compare_and_set a old (x :: old)) then push a x
+
+let kind_name = function Device -> "device" | Mapped -> "mapped" | Pinned -> "pinned"
+
+let bump tbl k n = Hashtbl.replace tbl k (n + Option.value ~default:0 (Hashtbl.find_opt tbl k))
+
+(* hostmem's make, as its opener's: it checks rig_holds () and blocks
+   signals itself (LOCK-4, SIG-6); the wrappers below check first too. *)
+let default_make drv _name base () =
+  Prim.check_unheld (drv ^ ".make");
+  Prim.masked base
+
+(* ---------------------------------------------------------- the drivers *)
+
+(* What each driver is, for the package and for the author's check. *)
+module type SPEC = sig
+  val name : string
+
+  module D : Driver with type t = H.t
+
+  (* [make opener_name base] is the opener's make, over hostmem's. *)
+  val make : string -> (unit -> H.t) -> unit -> H.t
+
+  (* Whether the driver's own lock is held now (None: it has none). *)
+  val held : (unit -> bool) option
+
+  (* The driver functions the change is in. *)
+  val changed : string list
+  val broken : bool
+end
+
+(* -- broken -- *)
+
+module Entry_cqueue : SPEC = struct
+  let name = "l3-entry-cqueue"
+  let q = c_lock ()
+  let compiled : (string, int) Hashtbl.t = Hashtbl.create 16
+
+  module D = struct
+    include H
+
+    let key = name
+
+    let alloc d m n =
+      c_bump q;
+      H.alloc d m n
+
+    (* The compile queue: held across the callback, uncounted. *)
+    let entry i f =
+      c_uncounted q (fun () ->
+          let a = H.entry i f in
+          bump compiled (Printf.sprintf "%s/%s" name f) 1;
+          a)
+  end
+
+  let make = default_make name
+  let held = Some (fun () -> c_held q)
+  let changed = [ "entry" ]
+  let broken = true
+end
+
+module Alloc_stats : SPEC = struct
+  let name = "l3-alloc-stats"
+  let m = Mutex.create ()
+  let stats : (string, int) Hashtbl.t = Hashtbl.create 16
+
+  module D = struct
+    include H
+
+    let key = name
+
+    (* The statistics table under a Stdlib Mutex, uncounted. *)
+    let alloc d mem n =
+      let r = H.alloc d mem n in
+      (match r with
+      | Some _ ->
+          Mutex.protect m (fun () -> bump stats (Printf.sprintf "%d/%s" (Hostmem.id d) (kind_name mem)) n)
+      | None -> ());
+      r
+
+    let free d r =
+      let n = (H.locate d r).size in
+      H.free d r;
+      counted m (fun () -> bump stats (Printf.sprintf "%d/freed" (Hostmem.id d)) n)
+  end
+
+  let make = default_make name
+  let held = Some (fun () -> mutex_held m)
+  let changed = [ "alloc" ]
+  let broken = true
+end
+
+module Image_cache_late : SPEC = struct
+  let name = "l3-image-cache-late"
+  let c = c_lock ()
+  let refused : (Digest.t, string) Hashtbl.t = Hashtbl.create 16
+
+  module D = struct
+    include H
+
+    let key = name
+
+    let alloc d m n =
+      c_bump c;
+      H.alloc d m n
+
+    (* The cache's lock counted one step late: after the trace hook. *)
+    let image d b =
+      c_late c
+        (fun () -> trace (Printf.sprintf "%s: image of %d bytes on device %d" name (String.length b) (Hostmem.id d)))
+        (fun () ->
+          let k = Digest.string b in
+          match Hashtbl.find_opt refused k with
+          | Some e -> Error e
+          | None -> (
+              match H.image d b with
+              | Error e as r ->
+                  Hashtbl.replace refused k e;
+                  r
+              | ok -> ok))
+  end
+
+  let make = default_make name
+  let held = Some (fun () -> c_held c)
+  let changed = [ "image" ]
+  let broken = true
+end
+
+module Unload_early_give : SPEC = struct
+  let name = "l3-unload-early-give"
+  let c = c_lock ()
+  let live = ref 0
+
+  module D = struct
+    include H
+
+    let key = name
+
+    let alloc d m n =
+      c_bump c;
+      H.alloc d m n
+
+    let image d b =
+      match H.image d b with
+      | Ok _ as r ->
+          c_counted c (fun () -> incr live);
+          r
+      | e -> e
+
+    (* The registry's lock uncounted one step early: before the log hook. *)
+    let unload i =
+      c_early c
+        (fun () ->
+          H.unload i;
+          decr live)
+        (fun () -> trace (Printf.sprintf "%s: unloaded an image, %d live" name !live))
+  end
+
+  let make = default_make name
+  let held = Some (fun () -> c_held c)
+  let changed = [ "unload" ]
+  let broken = true
+end
+
+module Make_registry : SPEC = struct
+  let name = "l3-make-registry"
+  let m = Mutex.create ()
+  let registry : (string, int) Hashtbl.t = Hashtbl.create 16
+  let allocs : (int, int) Hashtbl.t = Hashtbl.create 16
+
+  module D = struct
+    include H
+
+    let key = name
+
+    let alloc d mem n =
+      counted m (fun () -> bump allocs (Hostmem.id d) 1);
+      H.alloc d mem n
+  end
+
+  (* The device registry under a Stdlib Mutex, uncounted, in make. *)
+  let make opener base () =
+    Prim.check_unheld (name ^ ".make");
+    Prim.masked (fun () ->
+        let d = base () in
+        Mutex.protect m (fun () ->
+            Hashtbl.replace registry opener (Hostmem.id d);
+            trace (Printf.sprintf "%s: opened %s as device %d" name opener (Hostmem.id d)));
+        d)
+
+  let held = Some (fun () -> mutex_held m)
+  let changed = [ "make" ]
+  let broken = true
+end
+
+module Grow_late_hold : SPEC = struct
+  let name = "l3-grow-late-hold"
+  let m = Mutex.create ()
+  let growths : (string, int) Hashtbl.t = Hashtbl.create 16
+
+  module D = struct
+    include H
+
+    let key = name
+
+    let alloc d mem n =
+      counted m (fun () -> bump growths (Printf.sprintf "%d/allocs" (Hostmem.id d)) 1);
+      H.alloc d mem n
+
+    (* The hold one step too late: after the trace, inside the take. *)
+    let grow d =
+      Mutex.protect m (fun () ->
+          trace (Printf.sprintf "%s: grow on device %d" name (Hostmem.id d));
+          Prim.hold ();
+          Fun.protect ~finally:Prim.give (fun () ->
+              let a = H.grow d in
+              bump growths
+                (Printf.sprintf "%d/%s" (Hostmem.id d) (match a with Grown -> "grown" | Short _ -> "short"))
+                1;
+              a))
+  end
+
+  let make = default_make name
+  let held = Some (fun () -> mutex_held m)
+  let changed = [ "grow" ]
+  let broken = true
+end
+
+(* -- conforming -- *)
+
+module Ok_c_pure : SPEC = struct
+  let name = "l3-ok-c-pure"
+  let c = c_lock ()
+
+  module D = struct
+    include H
+
+    let key = name
+
+    (* Live bytes, added and taken under a C mutex in pure C. *)
+    let alloc d mem n =
+      match H.alloc d mem n with
+      | Some _ as r ->
+          ignore (c_account c n);
+          r
+      | None -> None
+
+    let free d r =
+      let p = H.locate d r in
+      H.free d r;
+      if p.reach <> None then ignore (c_account c (-p.size))
+  end
+
+  let make = default_make name
+  let held = Some (fun () -> c_held c)
+  let changed = [ "alloc"; "free" ]
+  let broken = false
+end
+
+module Ok_c_counted : SPEC = struct
+  let name = "l3-ok-c-counted"
+  let q = c_lock ()
+  let asked : (string, unit) Hashtbl.t = Hashtbl.create 16
+  let made : (string, int) Hashtbl.t = Hashtbl.create 16
+
+  module D = struct
+    include H
+
+    let key = name
+
+    let alloc d m n =
+      c_bump q;
+      H.alloc d m n
+
+    (* The compile queue counted from C: rig_hold, take, callback, give,
+       rig_give. *)
+    let entry i f =
+      c_counted q (fun () ->
+          let a = H.entry i f in
+          Hashtbl.remove asked f;
+          (match a with Entry _ -> bump made (Printf.sprintf "%s/%s" name f) 1 | _ -> ());
+          a)
+
+    (* Records the ask and starts nothing (a valid prepare). *)
+    let prepare _ f = c_counted q (fun () -> Hashtbl.replace asked f ())
+  end
+
+  let make = default_make name
+  let held = Some (fun () -> c_held q)
+  let changed = [ "entry"; "prepare" ]
+  let broken = false
+end
+
+module Ok_lockfree : SPEC = struct
+  let name = "l3-ok-lockfree"
+  let refused : (Digest.t * string) list Atomic.t = Atomic.make []
+  let opened : (string * int) list Atomic.t = Atomic.make []
+  let stops = Atomic.make 0
+
+  module D = struct
+    include H
+
+    let key = name
+
+    let image d b =
+      let k = Digest.string b in
+      match List.assoc_opt k (Atomic.get refused) with
+      | Some e -> Error e
+      | None -> (
+          match H.image d b with
+          | Error e as r ->
+              push refused (k, e);
+              r
+          | ok -> ok)
+
+    let stop d ~fault =
+      H.stop d ~fault;
+      Atomic.incr stops
+  end
+
+  let make opener base () =
+    Prim.check_unheld (name ^ ".make");
+    Prim.masked (fun () ->
+        let d = base () in
+        push opened (opener, Hostmem.id d);
+        d)
+
+  let held = None
+  let changed = [ "image"; "make"; "stop" ]
+  let broken = false
+end
+
+module Ok_mutex_counted : SPEC = struct
+  let name = "l3-ok-mutex-counted"
+  let m = Mutex.create ()
+  let stats : (string, int) Hashtbl.t = Hashtbl.create 16
+  let note k n = counted m (fun () -> bump stats (Printf.sprintf "%s/%s" name k) n)
+
+  module D = struct
+    include H
+
+    let key = name
+
+    let alloc d mem n =
+      note "allocs" 1;
+      H.alloc d mem n
+
+    let map_host d p n =
+      let r = H.map_host d p n in
+      note "mapped" n;
+      r
+
+    let unload i =
+      H.unload i;
+      note "unloaded" 1
+
+    let grow d =
+      let a = H.grow d in
+      note (match a with Grown -> "grown" | Short _ -> "short") 1;
+      a
+  end
+
+  let make = default_make name
+  let held = Some (fun () -> mutex_held m)
+  let changed = [ "map_host"; "unload"; "grow" ]
+  let broken = false
+end
+
+(* ----------------------------------------------------------- packages *)
+
+let specs : (module SPEC) list =
+  [
+    (module Entry_cqueue);
+    (module Alloc_stats);
+    (module Image_cache_late);
+    (module Unload_early_give);
+    (module Make_registry);
+    (module Grow_late_hold);
+    (module Ok_c_pure);
+    (module Ok_c_counted);
+    (module Ok_lockfree);
+    (module Ok_mutex_counted);
+  ]
+
+let package (module S : SPEC) : (module Package) =
+  (module struct
+    module D = S.D
+
+    let name = S.name
+
+    let openers () =
+      Prim.check_unheld (S.name ^ ".openers");
+      Prim.masked (fun () ->
+          List.mapi
+            (fun i (o : H.t opener) ->
+              let n = Printf.sprintf "%s%d" S.name i in
+              { name = n; make = S.make n o.make })
+            (Hostmem.openers ()))
+
+    let kit = Hostmem.kit
+  end)
+
+let packages = List.map package specs
