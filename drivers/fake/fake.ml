@@ -160,6 +160,12 @@ let last_freed = ref None
 (* The prepare-c-lock-uncounted mutant's trace: the last prepare started. *)
 let prepare_trace = ref ""
 
+(* The table of the make-table-uncounted and grow-stats-uncounted mutants,
+   shared by the functions of the driver as real tables are: make (or grow)
+   holds its mutex uncounted while OCaml code runs, alloc takes it counted. *)
+let table_mutex = Mutex.create ()
+let table_log : string list ref = ref []
+
 let wait_dropping_lock wait =
   P.hold ();
   Mutex.lock sleep_mutex;
@@ -215,6 +221,10 @@ let alloc_guard t f =
        other way round (free_guard). *)
     P.Lock.protect memory_lock (fun () -> P.Lock.protect queue_lock f)
   else if t.mut = m_lock_uncounted then Mutex.protect alloc_mutex f
+  else if t.mut = m_make_table_uncounted || t.mut = m_grow_stats_uncounted then begin
+    P.hold ();
+    match Mutex.protect table_mutex f with v -> P.give (); v | exception e -> P.give (); raise e
+  end
   else if t.mut = m_alloc_not_reentrant then begin
     (* LOCK-9: no lock, but a thread already inside alloc is refused.  The
        mark is a byte per thread, set and cleared without allocating, so
@@ -395,7 +405,14 @@ module D = struct
             else c_prepare i.iptr k)
 
   let grow t =
-    counted t "grow" ~answer:(fun () -> E.Short 64) (fun () -> match c_grow t.dev with 0 -> E.Grown | n -> E.Short n)
+    counted t "grow" ~answer:(fun () -> E.Short 64) (fun () ->
+        let grow () = match c_grow t.dev with 0 -> E.Grown | n -> E.Short n in
+        if t.mut = m_grow_stats_uncounted then
+          Mutex.protect table_mutex (fun () ->
+              let a = grow () in
+              table_log := Printf.sprintf "grow of device %d: %s" t.id (match a with E.Grown -> "grown" | Short n -> Printf.sprintf "short %d" n) :: !table_log;
+              a)
+        else grow ())
 
   (* No lock, no check: rig may call it while it holds a lock (TIME-1). *)
   let signaled t =
@@ -540,6 +557,11 @@ and openers_fresh () =
                  Weak.set newest slot (Some t);
                  t
                end
+               else if Atomic.get mutant = m_make_table_uncounted then
+                 public (name ^ ".make") (fun () ->
+                     let t = body () in
+                     Mutex.protect table_mutex (fun () -> table_log := Printf.sprintf "%s opened as device %d" name slot :: !table_log);
+                     t)
                else public (name ^ ".make") body);
          })
        names)

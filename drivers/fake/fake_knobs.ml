@@ -95,6 +95,8 @@ let mutant_table =
     ("entry-lock-uncounted", "LOCK-3", "entry holds a mutex of its own (its cache's) while its OCaml code runs, without counting it", 70);
     ("free-lock-uncounted", "LOCK-3", "free holds a mutex of its own (its statistics') while its OCaml code records what it freed, without counting it", 74);
     ("prepare-c-lock-uncounted", "LOCK-3", "prepare makes an entry not yet made under a C mutex of its own, held uncounted while its OCaml trace hook runs", 76);
+    ("make-table-uncounted", "LOCK-3", "an opener's make records the device in a table under a mutex it holds uncounted while its OCaml code runs (alloc takes that mutex, counted)", 77);
+    ("grow-stats-uncounted", "LOCK-3", "grow keeps statistics under a mutex it holds uncounted while its OCaml code runs (alloc takes that mutex, counted)", 78);
     ("lock-uncounted", "LOCK-3", "alloc holds a mutex of its own while its OCaml code runs, without counting it (rig_hold)", 43);
     ("wait-drops-lock", "ASYNC-2", "sleep gives its mutex back around its wait by hand and takes it again after: an exception that ends the wait skips the re-take, and its handler gives back a mutex it does not hold", 44);
     (* The bus (fake_bus_* of fake_core.c). *)
@@ -144,6 +146,8 @@ let m_sleep_wait_masked = 69
 let m_entry_lock_uncounted = 70
 let m_free_lock_uncounted = 74
 let m_prepare_c_lock_uncounted = 76
+let m_make_table_uncounted = 77
+let m_grow_stats_uncounted = 78
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

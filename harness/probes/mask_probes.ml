@@ -289,6 +289,33 @@ module Counted (Pk : Rig_edge.Package) = struct
   module D = Pk.D
   module Tour = Tour (Pk)
 
+  (* grow, called as rig calls it: after a room of the calling thread that
+     answered RIG_GROW, for fills of a region of d, doubling their number
+     until one does (at most 4096).  Each submission room makes room for is
+     submitted and committed.  Answers the region the fills write, for the
+     caller to free once d is stopped. *)
+  let grow_once d (call : string -> (unit -> Rig_edge.grow_answer) -> Rig_edge.grow_answer option) =
+    match P.masked (fun () -> D.alloc d Rig_edge.Device 4) with
+    | None | (exception _) -> None
+    | Some r ->
+        let q = (D.facts d).queue in
+        let dst = (D.locate d r).handle in
+        let value = ref 0 in
+        let submit s = incr value; ignore (P.masked (fun () -> q.submit s ~value:!value && q.commit ())) in
+        let rec go k =
+          if k <= 4096 then
+            let s = Rig_edge.encode (List.init k (fun i -> Rig_edge.Fill { dst; off = 0; len = 4; byte = i land 255 })) in
+            match P.masked (fun () -> q.room s) with
+            | Rig_edge.Room -> submit s; go (2 * k)
+            | Grow -> (
+                match call "grow" (fun () -> D.grow d) with
+                | Some Grown -> ( match P.masked (fun () -> q.room s) with Room -> submit s | Grow | (exception _) -> ())
+                | Some (Short _) | None -> ())
+            | exception _ -> ()
+        in
+        go 8;
+        Some r
+
   let run ~seed =
     let os = P.masked Pk.openers in
     let d = match os with o :: _ -> P.masked o.make | [] -> raise (Skip "the driver has no device") in
@@ -386,8 +413,17 @@ module Counted (Pk : Rig_edge.Package) = struct
         in
         at 1
     | _ -> ());
+    (* The opener's make, which the tour does not call: inside it, alloc
+       of the device already open (a lock the driver shares between its
+       devices, held uncounted, shows there). *)
+    (match os with
+    | o :: _ -> Option.iter (fun d' -> try P.masked (fun () -> D.stop d' ~fault:None) with _ -> ()) (call "make" o.make)
+    | [] -> ());
+    let filled = grow_once d call in
     List.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) !spares;
     (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
+    (* after stop, so that no work of the probe's still writes it *)
+    Option.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) filled;
     if !tried = 0 then raise (Skip "no driver call allocated with rig_holds () at 0");
     List.sort_uniq compare !findings
 end
