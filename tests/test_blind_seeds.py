@@ -1,0 +1,60 @@
+"""Every conforming blind driver, certified over many seeds: no clause fails.
+
+The blind sets' own tests (tests/test_blind_*.py) certify each driver on
+seed 1, in `make test`.  Seeds change what the probes draw (sizes, lengths,
+the model's programs), so a conforming driver must also stay clean over
+seeds 1..N.  That takes hours on two cores, so it is not part of
+`make test`: `make blind-seeds` runs it (RIG_CONFORM_BLIND_SEEDS=N, default
+20 there; this file is skipped without it).  Select drivers with
+PYTEST_ARGS='-k NAME'.
+"""
+
+import importlib
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, ensure_rig
+
+SEEDS = os.environ.get("RIG_CONFORM_BLIND_SEEDS")
+
+# module of tests/, and the name of its plugin's path in it
+SETS = [
+    ("test_blind_set", "BLINDSET"),
+    ("test_blind_hangs", "BLIND"),
+    ("test_blind_seq", "BLINDSEQ"),
+    ("test_blind_t6", "BLINDT6"),
+    ("test_blind_w", "BLINDW"),
+    ("test_blind_s3", "BLINDS3"),
+    ("test_blind_cm", "BLINDCM"),
+    ("test_blind_c5", "BLINDC5"),
+    ("test_blind_q2", "BLINDQ2"),
+    ("test_blind_l3", "BLINDL3"),
+]
+
+
+def conforming():
+    for module, plugin in SETS:
+        m = importlib.import_module(module)
+        for driver in sorted(m.CONFORMING):
+            yield pytest.param(getattr(m, plugin), driver, id=driver)
+
+
+pytestmark = pytest.mark.skipif(not SEEDS, reason="set RIG_CONFORM_BLIND_SEEDS=N (make blind-seeds)")
+
+
+@pytest.mark.parametrize("plugin,driver", list(conforming()))
+def test_conforming_is_clean_over_seeds(plugin, driver, tmp_path):
+    report = tmp_path / f"{driver}.json"
+    proc = subprocess.run(
+        [ensure_rig(), "certify", "--plugin", str(plugin), "--driver", driver, "--seeds", SEEDS,
+         "-j", os.environ.get("RIG_CONFORM_BLIND_JOBS", "4"), "--no-color", "--report", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=6 * 3600,
+    )
+    assert proc.returncode in (0, 1), f"certify {driver} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    data = json.loads(report.read_text())
+    assert not data["interrupted"] and data.get("load_error") is None
+    failed = {c["id"]: c for c in data["clauses"] if c["verdict"] == "fail"}
+    assert not failed, "\n".join(f"{i}: {c['evidence']}\n  replay: {c.get('repro')}" for i, c in sorted(failed.items()))
