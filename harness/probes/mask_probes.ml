@@ -334,6 +334,7 @@ module Counted (Pk : Rig_edge.Package) = struct
        allocation with rig_holds () at 0 asks a prepare of another
        function of that image, which starts one as a first prepare does. *)
     let nest = ref None (* k, and the prepare to ask there *) and points = ref 0 in
+    let device_of = function "make" -> "the device already open" | _ -> "the same device" in
     let call name f =
       let again_inside what g =
         again := true;
@@ -375,7 +376,7 @@ module Counted (Pk : Rig_edge.Package) = struct
           | None -> ()
           | exception Sys_error why ->
               findings :=
-                finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, alloc on the same device raised Sys_error %S: the thread held a lock of the driver's it had not counted" name why
+                finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, alloc on %s raised Sys_error %S: the thread held a lock of the driver's it had not counted" name (device_of name) why
                 :: !findings
           | exception (D.Fault _ | Invalid_argument _) -> ()
           | exception e ->
@@ -384,7 +385,7 @@ module Counted (Pk : Rig_edge.Package) = struct
                  (before it raised), so it may not refuse the callback. *)
               if takes () = t0 then
                 findings :=
-                  finding "LOCK-9" "inside %s, at an allocation with rig_holds () = 0, alloc on the same device took no lock and raised %s" name
+                  finding "LOCK-9" "inside %s, at an allocation with rig_holds () = 0, alloc on %s took no lock and raised %s" name (device_of name)
                     (Printexc.to_string e)
                   :: !findings
         end
