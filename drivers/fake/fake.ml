@@ -67,6 +67,7 @@ type t = {
   mut : int;
   stopped : bool Atomic.t;
   shadow : int Atomic.t;  (** the word as the last sleep saw it: the signaled-shadow mutant reads it *)
+  nth_open : int;  (** 1 for the first open of its name, 2 for the next...: the peer-two-opens mutant reads it *)
   facts : region E.facts;
 }
 
@@ -86,6 +87,7 @@ type image = {
 }
 
 let names = [| "fake0"; "fake1"; "fake2" |]
+let opens_of_name = Array.map (fun _ -> Atomic.make 0) names
 let next_id = Atomic.make 0
 
 (* The newest device of each opener, held weakly so that it can still go:
@@ -165,6 +167,10 @@ let prepare_trace = ref ""
    holds its mutex uncounted while OCaml code runs, alloc takes it counted. *)
 let table_mutex = Mutex.create ()
 let table_log : string list ref = ref []
+
+(* The signaled-consumes-fault mutant: the id of the last device whose
+   fault a signaled read (no lock: an atomic, as signaled may). *)
+let fault_read_by = Atomic.make (-1)
 
 let wait_dropping_lock wait =
   P.hold ();
@@ -260,6 +266,8 @@ module D = struct
   let peer d d' =
     d.id <> d'.id
     && not (d.mut = m_peer_live && (c_dead d.dev || c_dead d'.dev))
+    (* a peer table of two rows per name, filled at open *)
+    && not (d.mut = m_peer_two_opens && (d.nth_open > 2 || d'.nth_open > 2))
 
   let alloc t m n =
     counted t "alloc" ~answer:(fun () -> None) (fun () ->
@@ -432,6 +440,10 @@ module D = struct
     end
     else if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock (fun () -> c_word t.dev)
     else if t.mut = m_signaled_busy && Atomic.get alloc_busy > 0 then failwith "fake: signaled while the channel is busy"
+    else if t.mut = m_signaled_consumes_fault && c_dead t.dev then begin
+      Atomic.set fault_read_by t.id;
+      c_word t.dev
+    end
     else c_word t.dev
 
   let sleep t ~seen ~still_ms =
@@ -450,7 +462,8 @@ module D = struct
             (if t.mut = m_wait_drops_lock then fun () -> wait_dropping_lock wait else wait)
         in
         Atomic.set t.shadow (c_word t.dev);
-        if faulted then raise (Fault (c_fault_reason t.dev)))
+        if faulted && not (t.mut = m_signaled_consumes_fault && Atomic.get fault_read_by = t.id) then
+          raise (Fault (c_fault_reason t.dev)))
 
   let stop t ~fault:_ =
     public "stop" (fun () -> if not (Atomic.exchange t.stopped true) then c_stop t.dev)
@@ -508,6 +521,7 @@ let open_device slot =
       mut;
       stopped;
       shadow = Atomic.make 0;
+      nth_open = 1 + Atomic.fetch_and_add opens_of_name.(slot) 1;
       facts =
         {
           E.may_block = cfg.may_block;

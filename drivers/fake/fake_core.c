@@ -114,9 +114,12 @@ struct fake_dev {
   int worker_writes_last;
   uint64_t last_value;
   unsigned long allocs;      /* alloc-overlap mutant */
-  struct fake_mem *last_mem; /* alloc-overlap mutant */
+  struct fake_mem *last_mem; /* alloc-overlap and freed-reused-twice mutants */
   struct fake_region *peer_window; /* map-peer-one-window mutant: the last map_peer mapping */
   struct fake_region *host_window; /* map-host-one-window mutant: the last map_host mapping */
+  int unloaded;                    /* prepare-restarts-after-unload mutant: an image was unloaded */
+  int reuses_left;                 /* freed-reused-twice mutant: allocs that still take last_mem */
+  void *last_host_pages;           /* map-host-remap-copies mutant: where the last map_host began */
   int manual;                    /* no worker thread (fake_debug_manual_worker) */
   struct fake_node *manual_cur;  /* the part fake_debug_work_begin runs */
   uint64_t serial;               /* which open made it: the bus's owner of a function */
@@ -434,6 +437,11 @@ struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n) {
   if (mutant(d, FAKE_M_ALLOC_OVERLAP) && d->allocs % 2 == 0 && d->last_mem &&
       d->last_mem->size >= n)
     m = mem_ref(d->last_mem);
+  else if (mutant(d, FAKE_M_FREED_REUSED_TWICE) && d->reuses_left > 0 && d->last_mem &&
+           d->last_mem->size >= n) {
+    m = mem_ref(d->last_mem); /* the freed memory, handed out twice */
+    d->reuses_left--;
+  }
   else if (mutant(d, FAKE_M_FREE_UNPINS) && (m = bus_recycled(n)))
     ; /* memory a dma'd region gave back at its free, still on the bus */
   else
@@ -493,15 +501,28 @@ struct fake_region *fake_map_host(struct fake_dev *d, void *p, size_t n) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   if (n == 0 || (uintptr_t)p % page != 0) return NULL;
   size_t size = mutant(d, FAKE_M_MAP_HOST_EXACT) ? n : (n + page - 1) / page * page;
-  struct fake_mem *m = malloc(sizeof *m);
-  if (!m) return NULL;
-  atomic_init(&m->refs, 1);
-  m->owned = 0;
-  m->size = size;
-  m->bytes = p;
+  struct fake_mem *m;
+  dev_lock(d);
+  int remap = mutant(d, FAKE_M_MAP_HOST_REMAP_COPIES) && d->last_host_pages == p;
+  d->last_host_pages = p;
+  dev_unlock(d);
+  if (remap) {
+    /* pages the last map_host mapped: taken as already pinned, and
+     * mapped as a copy of them, which the host never sees */
+    m = mem_new(size);
+    if (!m) return NULL;
+    memcpy(m->bytes, p, size);
+  } else {
+    m = malloc(sizeof *m);
+    if (!m) return NULL;
+    atomic_init(&m->refs, 1);
+    m->owned = 0;
+    m->size = size;
+    m->bytes = p;
+  }
   struct fake_region *r = region_new(d, m, size, -1);
   if (!r) {
-    free(m);
+    mem_unref(m);
     return NULL;
   }
   dev_lock(d);
@@ -539,6 +560,11 @@ void fake_free(struct fake_dev *d, struct fake_region *r) {
   if (d->host_window == r) d->host_window = NULL;
   if (r->kind >= 0) d->used[r->kind] -= r->size;
   if (mutant(d, FAKE_M_FREE_UNPINS)) bus_unpin(r->mem);
+  if (mutant(d, FAKE_M_FREED_REUSED_TWICE) && r->kind == FAKE_DEVICE) {
+    mem_unref(d->last_mem);
+    d->last_mem = mem_ref(r->mem);
+    d->reuses_left = 2;
+  }
   dev_unlock(d);
   mem_unref(r->mem);
   free(r);
@@ -793,10 +819,23 @@ void fake_prepare(struct fake_image *im, size_t i) {
   struct fake_dev *d = im->dev;
   struct fake_fn *f = &im->fns[i];
   dev_lock(d);
+  if (!f->entry && mutant(d, FAKE_M_PREPARE_FLUSHES_ENTRIES))
+    /* a one-slot compile cache: making f's entry drops the others' (their
+     * scratch given back), so that their next entry makes a new handle */
+    for (size_t j = 0; j < im->n; j++)
+      if (j != i && im->fns[j].entry) {
+        im->fns[j].entry = 0;
+        d->used[FAKE_DEVICE] -= im->fns[j].charged;
+        im->fns[j].charged = 0;
+      }
   if (!f->entry)
     (void)make_entry(d, f); /* synchronous: the next entry finds it made */
   else if (mutant(d, FAKE_M_PREPARE_RESTARTS) && f->scratch <= room_of(d, FAKE_DEVICE))
     d->used[FAKE_DEVICE] += f->scratch; /* made again, and leaked */
+  else if (mutant(d, FAKE_M_PREPARE_RESTARTS_AFTER_UNLOAD) && d->unloaded && f->scratch <= room_of(d, FAKE_DEVICE)) {
+    d->used[FAKE_DEVICE] += f->scratch; /* its cache flushed by the unload: made again, and leaked */
+    d->unloaded = 0;
+  }
   dev_unlock(d);
 }
 
@@ -818,6 +857,7 @@ void fake_unload(struct fake_image *im) {
       break;
     }
   for (size_t i = 0; i < im->n; i++) d->used[FAKE_DEVICE] -= im->fns[i].charged;
+  d->unloaded = 1;
   dev_unlock(d);
   for (size_t i = 0; i < im->n; i++) free(im->fns[i].name);
   free(im->fns);

@@ -75,7 +75,11 @@ enum fake_mutant {
   FAKE_M_ENTRY_TOO_BIG_TWICE = 72, /* CODE-5: Invalid_argument only past twice the device's memory */
   FAKE_M_ROOM_NO_HOLD = 73,      /* QUEUE-2: a room that answers RIG_GROW holds none of the free slots */
   FAKE_M_MAP_HOST_ONE_WINDOW = 75, /* MEM-7: a map_host unmaps the device's previous host mapping */
-  FAKE_M_PREPARE_C_LOCK_UNCOUNTED = 76 /* LOCK-3 (stubs only): prepare holds a C mutex uncounted across OCaml code */
+  FAKE_M_PREPARE_C_LOCK_UNCOUNTED = 76, /* LOCK-3 (stubs only): prepare holds a C mutex uncounted across OCaml code */
+  FAKE_M_PREPARE_FLUSHES_ENTRIES = 80, /* CODE-2: a prepare that makes f's entry drops the image's other entries */
+  FAKE_M_PREPARE_RESTARTS_AFTER_UNLOAD = 81, /* CODE-7: after an unload, a prepare of an f with an entry makes it again */
+  FAKE_M_FREED_REUSED_TWICE = 82, /* MEM-2: the memory of a freed region goes to the next two allocs */
+  FAKE_M_MAP_HOST_REMAP_COPIES = 84 /* MEM-7: a map_host of the pages the last one began at maps a copy */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

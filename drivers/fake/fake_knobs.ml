@@ -32,14 +32,18 @@ let config = Atomic.make defaults
 let mutant_table =
   [
     ("alloc-overlap", "MEM-2", "every second alloc aliases the previous region's memory", 1);
+    ("freed-reused-twice", "MEM-2", "the memory of a freed Device region goes to each of the next two allocs, which then share it", 82);
     ("peer-live", "MEM-4", "peer answers false once either device is stopped or faulted", 2);
+    ("peer-two-opens", "MEM-4", "peer answers false for a device opened under a name that two opens before it had (its peer table holds two per name), though map_peer maps", 83);
     ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
     ("map-peer-one-window", "MEM-5", "a map_peer unmaps the device's previous map_peer mapping (which keeps a copy), not yet freed", 62);
     ("map-host-one-window", "MEM-7", "a map_host takes the device's one host window: the previous host mapping, not yet freed, is left with a copy of its pages", 75);
+    ("map-host-remap-copies", "MEM-7", "a map_host of the pages where the device's last map_host began maps a copy of them, which the host never sees", 84);
     ("map-host-exact", "MEM-7", "map_host maps exactly n bytes, not the whole pages", 4);
     ("dma-vague", "MEM-8", "dma's Error for a malformed bus address does not name it", 5);
     ("image-takes-anything", "CODE-1", "image takes a binary without its header as empty", 6);
     ("entry-remakes", "CODE-2", "a second entry for f makes new scratch and a new handle", 7);
+    ("prepare-flushes-entries", "CODE-2", "a prepare that makes f's entry drops the entries of the image's other functions (a one-slot cache), so that their next entry makes a new handle", 80);
     ("entry-leaks", "CODE-3", "entry keeps the scratch it could allocate on No_memory", 8);
     ("entry-full-no-memory", "CODE-3", "entry answers No_memory also when the free Device memory is exactly what f's scratch needs", 71);
     ( "entry-too-big-no-memory",
@@ -50,11 +54,13 @@ let mutant_table =
     ("prepare-reports", "CODE-6", "prepare of an absent function raises Not_found", 10);
     ("prepare-reports-oom", "CODE-6", "prepare raises Failure when the entry it makes finds no memory for the function's scratch", 48);
     ("prepare-restarts", "CODE-7", "prepare of an f with an entry makes (and leaks) its scratch again", 11);
+    ("prepare-restarts-after-unload", "CODE-7", "after an image of the device is unloaded, the next prepare of an f with an entry makes (and leaks) its scratch again", 81);
     ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
     ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
     ("sleep-settles", "TIME-3", "sleep first waits 50 ms (for completions to settle), also when the word already differs", 60);
     ("sleep-waits-twice", "TIME-4", "a sleep that saw no change in still_ms waits still_ms once more", 61);
     ("sleep-consumes-fault", "TIME-5", "only the first sleep after a fault raises Fault", 14);
+    ("signaled-consumes-fault", "TIME-5", "a signaled that reads the word of a faulted device takes the fault as reported: later sleeps return without raising Fault", 79);
     ("sleep-word-first", "TIME-5", "sleep returns when the word differs from seen before it looks for a fault", 68);
     ("stop-waits", "STOP-2", "stop waits for the running work to finish (3000 ms cap)", 15);
     ("stop-drains-briefly", "STOP-2", "stop waits for the running work to finish, 1000 ms at most", 54);
@@ -148,6 +154,8 @@ let m_free_lock_uncounted = 74
 let m_prepare_c_lock_uncounted = 76
 let m_make_table_uncounted = 77
 let m_grow_stats_uncounted = 78
+let m_signaled_consumes_fault = 79
+let m_peer_two_opens = 83
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

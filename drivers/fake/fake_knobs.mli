@@ -61,6 +61,8 @@ val m_free_lock_uncounted : int
 val m_prepare_c_lock_uncounted : int
 val m_make_table_uncounted : int
 val m_grow_stats_uncounted : int
+val m_signaled_consumes_fault : int
+val m_peer_two_opens : int
 val m_locate_waits : int
 val m_finaliser_unshielded : int
 val m_lock_uncounted : int
