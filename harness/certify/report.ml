@@ -11,17 +11,17 @@ let checks (c : Catalog.clause) (case : Case.t) = List.mem c.id case.clauses
 (* The clause that bounds a call, for a call that never returned: a
    hanging sleep is TIME-4's, a hanging stop STOP-2's, whatever the case
    checked.  A hang of another function fails the clauses of its case.
-   But a call the LOCK-3 probe made from an allocation inside another call
-   of the same thread, where rig_holds () was 0, that never returns waits
-   for a lock its own thread holds uncounted (a C mutex does not refuse its
-   owner as OCaml's do): LOCK-3's, whatever the call. *)
+   Of the others, one the LOCK-3 probe called from an allocation inside
+   another call of the same thread, where rig_holds () was 0, that never
+   returns waits for a lock its own thread holds uncounted (a C mutex does
+   not refuse its owner as OCaml's do): LOCK-3's. *)
 let clause_of_hang ?inside (case : Case.t) fn =
-  match (inside, fn) with
-  | Some _, _ when List.mem "LOCK-3" case.clauses -> Some "LOCK-3"
-  | _, "sleep" -> Some "TIME-4"
-  | _, "stop" -> Some "STOP-2"
-  | _, "signaled" -> Some "TIME-1"
-  | _, ("locate" | "peer") -> Some "LOCK-6"
+  match (fn, inside) with
+  | "sleep", _ -> Some "TIME-4"
+  | "stop", _ -> Some "STOP-2"
+  | "signaled", _ -> Some "TIME-1"
+  | ("locate" | "peer"), _ -> Some "LOCK-6"
+  | _, Some _ when List.mem "LOCK-3" case.clauses -> Some "LOCK-3"
   | _ -> None
 
 (* Whether a hang of [fn] in run [r] fails clause [c]. *)
