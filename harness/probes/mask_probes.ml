@@ -350,13 +350,15 @@ module Counted (Pk : Rig_edge.Package) = struct
       let hook () =
         if P.holds () = 0 && not !again then begin
           match !nest with
-          | Some (k, what, g) when name = "prepare" -> incr points; if !points = k then again_inside what g
-          | _ ->
-          if List.mem name rerunnable then again_inside (name ^ " with the same arguments") (fun () -> ignore (f ()))
-          else if name = "free" then
-            match !spares with
-            | r :: rest -> spares := rest; again_inside "free of another region of the device" (fun () -> D.free d r)
-            | [] -> ()
+          | Some (k, what, g) when name = "prepare" ->
+              incr points;
+              if !points = k then again_inside what g
+          | _ -> (
+              if List.mem name rerunnable then again_inside (name ^ " with the same arguments") (fun () -> ignore (f ()))
+              else if name = "free" then
+                match !spares with
+                | r :: rest -> spares := rest; again_inside "free of another region of the device" (fun () -> D.free d r)
+                | [] -> ())
         end;
         if P.holds () = 0 then begin
           incr tried;
@@ -408,7 +410,8 @@ module Counted (Pk : Rig_edge.Package) = struct
                  device) is gone before the next image's prepare. *)
               List.iter (fun h -> try ignore (P.masked (fun () -> D.entry i h)) with _ -> ()) [ f; g ];
               (try P.masked (fun () -> D.unload i) with _ -> ());
-              (* the last point: prepare allocated no more *)
+              (* on to the next point while prepare still reached this one
+                 (32 points at most) *)
               if !points >= k && k < 32 then at (k + 1)
           | Error _ | (exception _) -> ()
         in
