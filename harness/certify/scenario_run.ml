@@ -254,6 +254,19 @@ let fake_only : (string, unit) Hashtbl.t = Hashtbl.create 8
 
 let needs_fake name = Hashtbl.mem fake_only name
 
+(* The longest integer argument of a launch in the scenario: a spin's
+   milliseconds on the kit's spin function. *)
+let longest_launch_arg (t : S.t) =
+  let rec scan acc = function
+    | S.Word "launch" :: S.Word _ :: rest ->
+        let rec ints acc = function S.Int n :: rest -> ints (max acc n) rest | rest -> (acc, rest) in
+        let acc, rest = ints acc rest in
+        scan acc rest
+    | _ :: rest -> scan acc rest
+    | [] -> acc
+  in
+  List.fold_left (fun acc (st : S.stmt) -> scan acc st.args) 0 t.stmts
+
 (* A scenario that drives the driver directly is the model's (a shrunk
    counterexample): it runs as the model runs a program. *)
 let case ~file (t : S.t) =
@@ -264,6 +277,8 @@ let case ~file (t : S.t) =
     else if t.drives_driver then Model_cases.replay_scenario (module P) ~file ~clauses:t.clauses t.stmts
     else
       let module I = Interp (P) in
+      (* Work that ends within a few milliseconds, or hangs: the short bound. *)
+      I.E.bound_hangs (if longest_launch_arg t <= Scenarios.quick_spin_ms then Scenarios.quick_hang_ms else Scenarios.hang_ms);
       let acc = ref [] in
       let seen () =
         Case.report_calls (I.E.V.calls ());

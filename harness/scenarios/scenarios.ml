@@ -5,8 +5,17 @@
 open Case
 
 (* Short hang bound so that hang scenarios end quickly; the validation
-   layer is told the same bound. *)
+   layer is told the same bound.  It must exceed the longest time a flow's
+   own work leaves the word unmoved (spins of up to 150 ms), with room for a
+   loaded machine. *)
 let hang_ms = 1000
+
+(* The bound of flows whose work either hangs or moves the word within a few
+   milliseconds (fills, spins of at most [quick_spin_ms]): they spend most
+   of their run waiting for the bound itself, and no work of theirs that is
+   meant to end comes near it. *)
+let quick_hang_ms = 300
+let quick_spin_ms = 20
 
 (* What a scenario body receives: the rig over the validated driver, and the
    helpers every flow uses. *)
@@ -14,9 +23,11 @@ module Env (P : Rig_edge.Package) = struct
   module V = Validate.Make (P.D)
   module R = Rig.Make (V)
 
-  let () =
-    R.set_hang_ms hang_ms;
-    V.set_hang_ms hang_ms
+  let bound_hangs ms =
+    R.set_hang_ms ms;
+    V.set_hang_ms ms
+
+  let () = bound_hangs hang_ms
 
   let openers = P.openers ()
 
@@ -99,10 +110,11 @@ module Flows (P : Rig_edge.Package) = struct
 
   (* A C call of a device that declares may_block is counted: a close while
      a commit runs waits for it before stop (CNT-3).  The fake's commit
-     holds its caller until the device stops (or 1 s): a rig that counts it
-     stops only after, one that does not stops while it runs. *)
+     holds its caller until the device stops (or 300 ms, ample for the
+     close to come while it holds): a rig that counts it stops only after,
+     one that does not stops while it runs. *)
   let c_call_in_flight ~seed _acc =
-    Fake.configure ~may_block:true ~commit_hold_ms:1000 ();
+    Fake.configure ~may_block:true ~commit_hold_ms:300 ();
     let dev = open_ 0 in
     let b = R.alloc dev Rig_edge.Device 64 in
     let ended = Atomic.make false in
@@ -483,18 +495,22 @@ type flow = {
   name : string;
   clauses : string list;
   needs : needs;
+  hang_ms : int;  (** rig's hang bound in this flow *)
   run : (module FLOWS) -> seed:int -> finding list ref -> unit;
 }
 
+(* [~quick]: the flow's work hangs or ends within quick_spin_ms (quick_hang_ms). *)
 let flows =
-  let flow name clauses needs run = { name; clauses; needs; run } in
+  let flow ?(quick = false) name clauses needs run =
+    { name; clauses; needs; hang_ms = (if quick then quick_hang_ms else hang_ms); run }
+  in
   [
-    flow "rig.lifecycle" [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ] Any_driver (fun (module X) -> X.F.lifecycle);
-    flow "rig.sleep-in-flight" [ "CNT-2" ] Any_driver (fun (module X) -> X.F.sleep_in_flight);
+    flow ~quick:true "rig.lifecycle" [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ] Any_driver (fun (module X) -> X.F.lifecycle);
+    flow ~quick:true "rig.sleep-in-flight" [ "CNT-2" ] Any_driver (fun (module X) -> X.F.sleep_in_flight);
     flow "rig.c-call-in-flight" [ "CNT-3" ] Fake_knobs (fun (module X) -> X.F.c_call_in_flight);
     flow "rig.wait-for-work" [ "GUAR-7" ] Any_driver (fun (module X) -> X.F.wait_for_work);
-    flow "rig.release-kept" [ "CNT-5" ] Any_driver (fun (module X) -> X.F.release_kept);
-    flow "rig.fault" [ "CNT-6"; "STOP-1" ] Any_driver (fun (module X) -> X.F.fault);
+    flow ~quick:true "rig.release-kept" [ "CNT-5" ] Any_driver (fun (module X) -> X.F.release_kept);
+    flow ~quick:true "rig.fault" [ "CNT-6"; "STOP-1" ] Any_driver (fun (module X) -> X.F.fault);
     flow "rig.exception-loses" [ "EXC-1" ] Fake_knobs (fun (module X) -> X.F.exception_loses);
     flow "rig.grow-exception-loses" [ "EXC-1" ] Fake_knobs (fun (module X) -> X.F.grow_exception_loses);
     flow "rig.failed-submit-loses" [ "CNT-6" ] Fake_knobs (fun (module X) -> X.F.failed_submit_loses);
@@ -504,7 +520,7 @@ let flows =
     flow "rig.free-once" [ "GUAR-1"; "GUAR-5" ] Any_driver (fun (module X) -> X.F.free_once);
     flow "rig.peer-mapping" [ "GUAR-2"; "GUAR-3"; "GUAR-4" ] Any_driver (fun (module X) -> X.F.peer_mapping);
     flow "rig.pinned-fallback" [ "GUAR-6" ] Fake_knobs (fun (module X) -> X.F.pinned_fallback);
-    flow "rig.hang-bound" [ "GUAR-7"; "STOP-1" ] Any_driver (fun (module X) -> X.F.hang_bound);
+    flow ~quick:true "rig.hang-bound" [ "GUAR-7"; "STOP-1" ] Any_driver (fun (module X) -> X.F.hang_bound);
     flow "rig.alloc-rounding" [ "MEM-1" ] Any_driver (fun (module X) -> X.F.alloc_rounding);
     flow "rig.free-under-work" [ "MEM-3" ] Any_driver (fun (module X) -> X.F.free_under_work);
     flow "rig.map-host-declared" [ "MEM-6" ] Fake_knobs (fun (module X) -> X.F.map_host_declared);
@@ -558,6 +574,7 @@ let case flow =
     try
       if flow.needs = Fake_knobs then fake_only (module P);
       let module F = Flows (P) in
+      F.bound_hangs flow.hang_ms;
       let acc = ref [] in
       let seen () =
         Case.report_calls (F.V.calls ());
@@ -616,6 +633,7 @@ let run_flow (module P : Rig_edge.Package) name ~seed =
   in
   if flow.needs = Fake_knobs then fake_only (module P);
   let module F = Flows (P) in
+  F.bound_hangs flow.hang_ms;
   let acc = ref [] in
   let raised =
     match flow.run (module struct module P = P module F = F end : FLOWS) ~seed acc with

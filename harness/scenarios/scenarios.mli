@@ -8,6 +8,12 @@
     validation layer alike. *)
 val hang_ms : int
 
+(** The shorter bound of scenarios whose work either hangs or moves the
+    word within [quick_spin_ms] (they mostly wait for the bound itself). *)
+val quick_hang_ms : int
+
+val quick_spin_ms : int
+
 (** What a flow needs to run: the reference rig over the validated driver,
     and the openers. *)
 module Env (P : Rig_edge.Package) : sig
@@ -26,6 +32,10 @@ module Env (P : Rig_edge.Package) : sig
 
   (** Closes every device opened, ignoring what that raises. *)
   val close_all : unit -> unit
+
+  (** [bound_hangs ms] sets the hang bound of the rig and the validation
+      layer (both start at {!hang_ms}). *)
+  val bound_hangs : int -> unit
 end
 
 (** Raised by a flow that needs a kit item or a device the driver lacks. *)
