@@ -254,18 +254,21 @@ let fake_only : (string, unit) Hashtbl.t = Hashtbl.create 8
 
 let needs_fake name = Hashtbl.mem fake_only name
 
-(* The longest integer argument of a launch in the scenario: a spin's
-   milliseconds on the kit's spin function. *)
-let longest_launch_arg (t : S.t) =
-  let rec scan acc = function
-    | S.Word "launch" :: S.Word _ :: rest ->
-        let rec ints acc = function S.Int n :: rest -> ints (max acc n) rest | rest -> (acc, rest) in
-        let acc, rest = ints acc rest in
-        scan acc rest
-    | _ :: rest -> scan acc rest
-    | [] -> acc
-  in
-  List.fold_left (fun acc (st : S.stmt) -> scan acc st.args) 0 t.stmts
+(* The kit roles of the scenario's entries, spawned statements included. *)
+let entry_roles (t : S.t) =
+  List.concat_map
+    (fun (st : S.stmt) ->
+      match (st.verb, st.args) with
+      | "entry", [ _; _; S.Word role ] | "spawn", [ _; S.Word "entry"; _; _; S.Word role ] -> [ role ]
+      | _ -> [])
+    t.stmts
+
+(* Scenarios that launch nothing but the kit's hang take the short hang
+   bound (Scenarios.quick_hang_ms). *)
+let hang_bound (t : S.t) =
+  match entry_roles t with
+  | [] -> Scenarios.hang_ms
+  | roles -> if List.for_all (( = ) "hang") roles then Scenarios.quick_hang_ms else Scenarios.hang_ms
 
 (* A scenario that drives the driver directly is the model's (a shrunk
    counterexample): it runs as the model runs a program. *)
@@ -277,8 +280,7 @@ let case ~file (t : S.t) =
     else if t.drives_driver then Model_cases.replay_scenario (module P) ~file ~clauses:t.clauses t.stmts
     else
       let module I = Interp (P) in
-      (* Work that ends within a few milliseconds, or hangs: the short bound. *)
-      I.E.bound_hangs (if longest_launch_arg t <= Scenarios.quick_spin_ms then Scenarios.quick_hang_ms else Scenarios.hang_ms);
+      I.E.bound_hangs (hang_bound t);
       let acc = ref [] in
       let seen () =
         Case.report_calls (I.E.V.calls ());

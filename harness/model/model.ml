@@ -262,10 +262,11 @@ let phase_ok st = function
       List.length (List.sort_uniq compare cells) = List.length cells
 
 (* How late a sleep on the word as it reads may return and still be in
-   time: still_ms, plus 1 s of a loaded machine's noise, or half of
-   still_ms when that is more (a sleep that waits twice its still_ms is
-   seen once still_ms is long). *)
-let sleep_bound_ms still_ms = float_of_int still_ms +. Float.max 1000. (float_of_int still_ms /. 2.)
+   time: still_ms, plus 400 ms of a loaded machine's noise (a late sleep is
+   asked twice more and the shortest counts, so the noise must strike three
+   times in a row), or half of still_ms when that is more (a sleep that
+   waits twice its still_ms is seen once still_ms passes 400 ms). *)
+let sleep_bound_ms still_ms = float_of_int still_ms +. Float.max 400. (float_of_int still_ms /. 2.)
 
 (* Past it, a sleep on a value the word does not read did not return at once. *)
 let other_bound_ms still_ms = float_of_int still_ms /. 2.

@@ -146,7 +146,7 @@ let draw rng st (n : names) =
           Option.map
             (fun d ->
               if int 3 = 0 then Sleep { dev = d; seen = Other; still_ms = 2000 + int 2000 }
-              else Sleep { dev = d; seen = Current; still_ms = (if int 8 = 0 then 1500 + int 500 else 1 + int 300) })
+              else Sleep { dev = d; seen = Current; still_ms = (if int 8 = 0 then 600 + int 200 else 1 + int 100) })
             (dev ()) );
       (2, fun () -> Option.map (fun d -> Signaled d) (dev ()));
       ( 1,

@@ -8,11 +8,9 @@
     validation layer alike. *)
 val hang_ms : int
 
-(** The shorter bound of scenarios whose work either hangs or moves the
-    word within [quick_spin_ms] (they mostly wait for the bound itself). *)
+(** The shorter bound of scenarios that launch nothing but the kit's hang
+    function: they mostly wait for the bound itself. *)
 val quick_hang_ms : int
-
-val quick_spin_ms : int
 
 (** What a flow needs to run: the reference rig over the validated driver,
     and the openers. *)
