@@ -427,7 +427,9 @@ module Flows (P : Rig_edge.Package) = struct
       | exception Rig.Out_of_memory _ -> acc
     in
     let held = List.fold_left (fun acc chunk -> fill_memory chunk acc) [] [ 4096; 256; 16; 4 ] in
-    let v = R.submit dev [ R.Launch (h, [ R.Int (100 + (seed mod 50)); R.Buf spare ]) ] in
+    (* The spin outlasts the free that follows at once (or the premise is
+       reported unmet below); each point of the sweep waits for it. *)
+    let v = R.submit dev [ R.Launch (h, [ R.Int (30 + (seed mod 20)); R.Buf spare ]) ] in
     let at_free = List.length (V.events ()) in
     R.free spare;
     R.wait dev v;
