@@ -1,13 +1,15 @@
 (* rig-conform bench; see bench.mli. *)
 
-let iterations = 1500
+(* The validation layer's cost is measured on a workload of at least this
+   many seconds on the bare driver: shorter ones measure noise. *)
+let workload_seconds = 1.0
 
 (* One workload: allocations, host writes, fills submitted and waited on,
    frees.  The same for both rigs. *)
 module Workload (D : Rig_edge.Driver) = struct
   module R = Rig.Make (D)
 
-  let run (opener : D.t Rig_edge.opener) =
+  let run ~iterations (opener : D.t Rig_edge.opener) =
     let dev = R.open_ opener in
     let t0 = Unix.gettimeofday () in
     for i = 1 to iterations do
@@ -38,8 +40,15 @@ let main args =
   go args;
   Fake.reset ();
   let fake0 = List.hd (Fake.openers ()) in
-  let bare = best_of 3 (fun () -> Bare.run fake0) in
-  let wrapped = best_of 3 (fun () -> Wrapped.run (V.opener fake0)) in
+  (* As many rounds as fill workload_seconds on the bare driver, with a
+     fifth to spare. *)
+  let iterations =
+    let probe = 1500 in
+    let t = Bare.run ~iterations:probe fake0 in
+    max probe (int_of_float (Float.ceil (float probe *. 1.2 *. workload_seconds /. Float.max t 1e-3)))
+  in
+  let bare = best_of 3 (fun () -> Bare.run ~iterations fake0) in
+  let wrapped = best_of 3 (fun () -> Wrapped.run ~iterations (V.opener fake0)) in
   Printf.printf "workload of %d alloc/write/submit/wait/free rounds: bare %.3f s, validated %.3f s, ratio %.2f\n%!"
     iterations bare wrapped (wrapped /. bare);
   (* Runs this program with [args], its report at [file] beside the bench's,
