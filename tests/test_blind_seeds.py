@@ -32,6 +32,7 @@ SETS = [
     ("test_blind_c5", "BLINDC5"),
     ("test_blind_q2", "BLINDQ2"),
     ("test_blind_l3", "BLINDL3"),
+    ("test_blind_tm", "BLINDTM"),
 ]
 
 
