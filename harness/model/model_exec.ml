@@ -143,8 +143,9 @@ module Make (P : Rig_edge.Package) = struct
       end
       else begin
         (* the word passes on once it reads the last value: nothing may land after *)
-        (* until the work submitted so far would have ended, and a little more *)
-        let ms = 100 + int_of_float (Float.max 0. (q.busy_until -. now ()) *. 1000.) in
+        (* until the work submitted so far would have ended, and 30 ms more (the
+           probe of STOP-6 watches longer; a close costs this window each time) *)
+        let ms = 30 + int_of_float (Float.max 0. (q.busy_until -. now ()) *. 1000.) in
         let after = K.poll_word kd ~ms (fun w -> w <> kd.last) in
         K.release_dev s kd;
         Closed { idle; stop_ms; word_after_stop; settled = Some w; late = (if after <> kd.last then Some after else None) }
