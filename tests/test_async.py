@@ -128,3 +128,25 @@ def test_a_signal_at_a_wait_is_a_point_too():
 def test_a_wait_point_below_one_is_refused():
     proc = rig("run", "--case", "async.rig.fault", "--seed", "1", "--inject", "sleep:1:wait@0")
     assert proc.returncode == 2 and "wait@N" in proc.stderr
+
+
+@pytest.mark.parametrize("mutant", ["unlock-by-hand", "no-stop-after-async"])
+def test_batched_async_sweep_gives_each_point_its_own_verdict(mutant, tmp_path):
+    # Points share a child (--batch); the first that finds something, and
+    # every one after it, runs again alone: the verdicts are those of a
+    # process per point, point by point.
+    def runs(batch):
+        report = tmp_path / f"b{batch}.json"
+        proc = rig("async-sweep", "--case", CASE, "-j", "2", "--max-alloc", "4", "--mutant", mutant,
+                   "--batch", str(batch), "--report", report, timeout=CERTIFY_TIMEOUT)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        return {(r["inject"], r["outcome"], tuple(r["flagged"])) for r in json.loads(report.read_text())["runs"]}
+
+    alone, batched = runs(1), runs(16)
+    assert any(flagged for _, _, flagged in alone), alone
+    assert batched == alone
+
+
+def test_async_sweep_refuses_an_unknown_mutant(tmp_path):
+    proc = rig("async-sweep", "--case", CASE, "--mutant", "no-such-mutant", "--report", tmp_path / "r.json")
+    assert proc.returncode == 2 and "no-such-mutant" in proc.stderr, proc.stdout + proc.stderr

@@ -161,8 +161,13 @@ let outcome_of j c ended records =
    child ([run] with several --inject).  A point whose records have no DONE
    (the child crashed or hung there) runs again alone, so that its verdict
    is the one its own process gives. *)
-let batchable j =
-  match j.inject with Some i -> Injection.async_at i = None && Injection.wait_at i = None | None -> false
+let batchable j = j.inject <> None
+
+(* An asynchronous exception may leave the process in a state the next point
+   inherits (a lock taken, a thread stuck): in a batch of such points, the
+   first one that found something, and every one after it, runs again alone. *)
+let asynchronous j =
+  match j.inject with Some i -> Injection.async_at i <> None || Injection.wait_at i <> None | None -> false
 
 let alike a b =
   a.case.name = b.case.name && a.seed = b.seed && a.driver = b.driver && a.plugins = b.plugins && a.mutant = b.mutant
@@ -276,13 +281,16 @@ let collect ?overstay r ended ~timed_out =
       let segs = segments records in
       let n = List.length batch in
       List.fold_left
-        (fun (ok, again) (k, (i, j)) ->
+        (fun (ok, again, tainted) (k, (i, j)) ->
           match List.nth_opt segs k with
-          | Some seg when complete seg ->
-              ((i, { job = j; outcome = findings_of j seg; calls = calls_of seg; unjudged = unjudged_of j seg; seconds = seconds /. float n }) :: ok, again)
-          | _ -> (ok, (i, j) :: again))
-        ([], []) (List.mapi (fun k x -> (k, x)) batch)
-      |> fun (ok, again) -> (List.rev ok, List.rev again)
+          | Some seg when complete seg && not tainted -> (
+              match findings_of j seg with
+              | Findings (_ :: _) when asynchronous j -> (ok, (i, j) :: again, true)
+              | outcome ->
+                  ((i, { job = j; outcome; calls = calls_of seg; unjudged = unjudged_of j seg; seconds = seconds /. float n }) :: ok, again, false))
+          | _ -> (ok, (i, j) :: again, tainted))
+        ([], [], false) (List.mapi (fun k x -> (k, x)) batch)
+      |> fun (ok, again, _) -> (List.rev ok, List.rev again)
 
 (* Waits until a child's descriptor has something, a child ends (its pipes
    close), or [timeout] passes. *)

@@ -72,11 +72,13 @@ val run_args : job -> string list
     returns costs one wait of its [call_limit], not one per case).
 
     [batch j] (default 1): up to how many jobs alike to [j] but for their
-    failure injection (consecutive in [jobs]; not asynchronous points) one
-    child runs one after another, the sum of their limits for them all.  A
-    job of a batch whose child crashed or hung before its end runs again
-    alone, so that a verdict on a crash or a hang is always that of its own
-    process.
+    injection (consecutive in [jobs]) one child runs one after another, the
+    sum of their limits for them all.  A job of a batch whose child crashed
+    or hung before its end runs again alone, so that a verdict on a crash or
+    a hang is always that of its own process; so does, in a batch of
+    asynchronous points, the first point that found something and every
+    point after it (an asynchronous exception may leave the process in a
+    state the next point would inherit).
 
     Whatever a child started is gone when its job ends (its process group,
     and what left the group, re-parented to the certifier). *)

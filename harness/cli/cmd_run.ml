@@ -77,12 +77,7 @@ let run args =
       exit (Runner.child drv (job inject))
   | several ->
       (* A batch: each point in turn in this process, each point's records
-         after a POINT record (Runner's batches); every point is checked first. *)
-      List.iter
-        (fun i ->
-          if Injection.async_at i <> None || Injection.wait_at i <> None then
-            Cli.usage_error "--inject %s: one asynchronous point per run" (Injection.to_string i))
-        several;
+         after a POINT record (Runner's batches). *)
       let worst =
         List.fold_left
           (fun worst i ->

@@ -22,6 +22,8 @@ let sweep args =
   Session.exit_if_interrupted ();
   if failures > 0 then exit 1
 
+let async_batch = 16
+
 let async_sweep args =
   let max_alloc = ref 20 in
   let rec strip = function
@@ -31,9 +33,18 @@ let async_sweep args =
   in
   let o =
     Cli.parse_opts (strip args)
-      ~allowed:[ "--driver"; "--plugin"; "--case"; "-j"; "--timeout"; "--report"; "--shard"; "--no-color" ]
+      ~allowed:[ "--driver"; "--plugin"; "--case"; "-j"; "--timeout"; "--report"; "--shard"; "--batch"; "--mutant"; "--no-color" ]
   in
-  ignore (Session.driver_info_or_exit o);
+  let drv = Session.driver_info_or_exit o in
+  (* --mutant M: the sweep of a mutant (of the rig, the edge or the driver),
+     to see which points catch it. *)
+  (match o.mutant with
+  | Some m
+    when not
+           (List.exists (fun (n, _, _) -> n = m) (Rig_mutant.all @ Rig_edge_primitives.Mutant.all @ drv.info_mutants)) ->
+      Cli.usage_error "async-sweep --mutant %s: no such mutant of the reference rig, the edge or driver %s (see rig-conform list)" m
+        o.driver
+  | _ -> ());
   let report = Option.value o.report ~default:"out/async-sweep/report.json" in
   Cli.writable_or_exit ~what:"report" report;
   let cases =
@@ -45,7 +56,7 @@ let async_sweep args =
         | l -> l)
   in
   let selected = List.filter (fun (k : Catalog.clause) -> List.mem k.id (List.concat_map (fun (c : Case.t) -> c.clauses) cases)) Catalog.all in
-  let job = Fault_sweep.clean_job o in
+  let job ?inject case = { (Fault_sweep.clean_job o ?inject case) with mutant = o.mutant } in
   let t0 = Unix.gettimeofday () in
   Printf.printf "async sweep of driver %s: counting the allocations of %d scenarios\n%!" o.driver (List.length cases);
   let census = Session.run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in
@@ -70,7 +81,10 @@ let async_sweep args =
     census;
   Printf.printf "async sweep: %d points (at most %d per call)%s\n%!" (List.length points) !max_alloc
     (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
-  let results = Session.in_shard o census @ Session.run_jobs o ~what:"async sweep" points in
+  (* Points of one case share a child, [async_batch] at a time (--batch): a
+     process per point is most of a point's cost. *)
+  let batch = match o.batch with Some n -> fun _ -> n | None -> fun _ -> async_batch in
+  let results = Session.in_shard o census @ Session.run_jobs ~batch o ~what:"async sweep" points in
   let failures = Fault_sweep.report_sweep o ~cases ~selected ~report results in
   Printf.printf "%d runs (%d with an asynchronous exception injected), %d failing, %.1f s; report: %s\n" (List.length results)
     (List.length (List.filter (fun (r : Runner.result) -> r.job.inject <> None) results))
