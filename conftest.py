@@ -12,6 +12,7 @@ The binary can be overridden with the RIG_CONFORM environment variable.
 import contextlib
 import fcntl
 import functools
+import json
 import os
 import re
 import subprocess
@@ -39,6 +40,27 @@ def build_lock():
     with open(ROOT / "out" / ".test-build.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
+
+
+def once_per_run(name, compute):
+    """compute()'s JSON-able value, computed once per test run and shared by
+    pytest-xdist's workers: the first to ask computes it under a lock, the
+    others read what it wrote (a reference certification that several test
+    modules compare with, say)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    cache = ROOT / "out" / ".test-cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{name}-{run}.json"
+    with open(cache / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return json.loads(path.read_text())
+        value = compute()
+        for old in cache.glob(f"{name}-*.json"):
+            old.unlink()
+        path.with_suffix(".tmp").write_text(json.dumps(value))
+        path.with_suffix(".tmp").replace(path)
+        return value
 
 
 class RigError(Exception):

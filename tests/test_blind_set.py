@@ -88,7 +88,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ensure_rig
+from conftest import ROOT, ensure_rig, once_per_run
 
 BLINDSET = ROOT / "_build" / "default" / "drivers" / "blindset" / "blindset.cmxs"
 HOSTMEM = ROOT / "_build" / "default" / "drivers" / "hostmem" / "hostmem.cmxs"
@@ -228,9 +228,14 @@ def params(names, misjudged=MISJUDGED):
 
 @pytest.fixture(scope="module")
 def hostmem(tmp_path_factory):
-    data = certify(HOSTMEM, "hostmem", tmp_path_factory.mktemp("hostmem"))
-    assert not any(v == "fail" for v in verdicts(data).values()), "hostmem itself must conform"
-    return data
+    """hostmem's certification at seed 1, the conforming drivers' reference:
+    once per test run, whichever module asks first (conftest.once_per_run)."""
+    def certify_hostmem():
+        data = certify(HOSTMEM, "hostmem", tmp_path_factory.mktemp("hostmem"))
+        assert not any(v == "fail" for v in verdicts(data).values()), "hostmem itself must conform"
+        return data
+
+    return once_per_run("hostmem-seed1", certify_hostmem)
 
 
 @pytest.mark.parametrize("driver", params(sorted(BROKEN)))
