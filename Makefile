@@ -39,10 +39,10 @@ selftest: build
 
 # The suite mostly waits (children, the document's bounds): its tests run on
 # PYTEST_WORKERS processes at once (pytest-xdist); PYTEST_WORKERS=0 runs them
-# in this one.
+# in this one. --durations: the slowest tests, for the suite's time (issue 14).
 PYTEST_WORKERS ?= 4
 pytest: build
-	$(PYTEST) -q -n $(PYTEST_WORKERS) tests
+	$(PYTEST) -q -n $(PYTEST_WORKERS) --durations=25 tests
 
 ## unit: the components' own tests (dune test: the fake driver's smoke test)
 unit: build
