@@ -36,10 +36,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ensure_rig, once_per_run
+from conftest import ROOT, ensure_rig
+from test_blind_set import hostmem  # noqa: F401 (a fixture: hostmem's verdicts, once per test run)
 
 BLIND = ROOT / "_build" / "default" / "drivers" / "blind" / "blind.cmxs"
-HOSTMEM = ROOT / "_build" / "default" / "drivers" / "hostmem" / "hostmem.cmxs"
 
 # Only a guard against a hung certifier: no verdict depends on it.
 HANG_GUARD = 600
@@ -104,18 +104,6 @@ def verdicts(data: dict) -> dict:
 def explain(data: dict, ids) -> str:
     by_id = {c["id"]: c for c in data["clauses"]}
     return "\n".join(f"{i} {by_id[i]['verdict']}: {by_id[i]['evidence']}" for i in sorted(ids))
-
-
-@pytest.fixture(scope="module")
-def hostmem(tmp_path_factory):
-    """hostmem's certification at seed 1, the conforming drivers' reference:
-    once per test run, whichever module asks first (conftest.once_per_run)."""
-    def certify_hostmem():
-        data = certify(HOSTMEM, "hostmem", tmp_path_factory.mktemp("hostmem"))
-        assert not any(v == "fail" for v in verdicts(data).values()), "hostmem itself must conform"
-        return data
-
-    return once_per_run("hostmem-seed1", certify_hostmem)
 
 
 @pytest.mark.parametrize(
