@@ -5,19 +5,9 @@ let main args =
   let o = Cli.parse_opts args ~allowed:[ "--seeds"; "-j"; "--timeout"; "--report"; "--no-color"; "--mutant" ] in
   let drv = Session.driver_info_or_exit o in
   let seeds = if o.seeds = [] then List.init 20 (fun i -> i + 1) else o.seeds in
-  let mutants =
-    List.map (fun (n, c, w) -> (n, c, w, "rig")) Rig_mutant.all
-    @ List.map (fun (n, c, w) -> (n, c, w, "edge")) Rig_edge_primitives.Mutant.all
-    @ List.map (fun (n, c, w) -> (n, c, w, "driver " ^ o.driver)) drv.info_mutants
-  in
   (* --mutant M: that mutant's runs alone, to see one verdict again. *)
   let mutants =
-    match o.mutant with
-    | None -> mutants
-    | Some m -> (
-        match List.filter (fun (n, _, _, _) -> n = m) mutants with
-        | [] -> Cli.usage_error "selftest --mutant %s: no such mutant of the reference rig, the edge or driver %s (see rig-conform list)" m o.driver
-        | one -> one)
+    match Session.chosen_mutant ~cmd:"selftest" o drv with Some one -> [ one ] | None -> Session.mutants o drv
   in
   let report = Option.value o.report ~default:"out/selftest/report.json" in
   Cli.writable_or_exit ~what:"report" report;

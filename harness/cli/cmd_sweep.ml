@@ -35,16 +35,9 @@ let async_sweep args =
     Cli.parse_opts (strip args)
       ~allowed:[ "--driver"; "--plugin"; "--case"; "-j"; "--timeout"; "--report"; "--shard"; "--batch"; "--mutant"; "--no-color" ]
   in
-  let drv = Session.driver_info_or_exit o in
   (* --mutant M: the sweep of a mutant (of the rig, the edge or the driver),
      to see which points catch it. *)
-  (match o.mutant with
-  | Some m
-    when not
-           (List.exists (fun (n, _, _) -> n = m) (Rig_mutant.all @ Rig_edge_primitives.Mutant.all @ drv.info_mutants)) ->
-      Cli.usage_error "async-sweep --mutant %s: no such mutant of the reference rig, the edge or driver %s (see rig-conform list)" m
-        o.driver
-  | _ -> ());
+  ignore (Session.chosen_mutant ~cmd:"async-sweep" o (Session.driver_info_or_exit o));
   let report = Option.value o.report ~default:"out/async-sweep/report.json" in
   Cli.writable_or_exit ~what:"report" report;
   let cases =
@@ -56,7 +49,7 @@ let async_sweep args =
         | l -> l)
   in
   let selected = List.filter (fun (k : Catalog.clause) -> List.mem k.id (List.concat_map (fun (c : Case.t) -> c.clauses) cases)) Catalog.all in
-  let job ?inject case = { (Fault_sweep.clean_job o ?inject case) with mutant = o.mutant } in
+  let job = Fault_sweep.clean_job o in
   let t0 = Unix.gettimeofday () in
   Printf.printf "async sweep of driver %s: counting the allocations of %d scenarios\n%!" o.driver (List.length cases);
   let census = Session.run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in

@@ -3,7 +3,8 @@
     is failed in each way the document allows there, one run each; and what
     sweep and async-sweep print and write of such runs. *)
 
-(** A sweep's run of a case: seed 1, no mutant, the injection if any. *)
+(** A sweep's run of a case: seed 1, the mutant of --mutant (async-sweep's
+    only), the injection if any. *)
 val clean_job : Cli.opts -> ?inject:Injection.t -> Case.t -> Runner.job
 
 (** [sweep_runs ?with_census o cases]: the injected runs of [cases], and,

@@ -54,6 +54,21 @@ let driver_info_or_exit o =
       Printf.eprintf "%s: the driver could not be loaded: %s\n" Cli.me why;
       exit 1
 
+let mutants (o : Cli.opts) (drv : Drivers.info) =
+  List.map (fun (n, c, w) -> (n, c, w, "rig")) Rig_mutant.all
+  @ List.map (fun (n, c, w) -> (n, c, w, "edge")) Rig_edge_primitives.Mutant.all
+  @ List.map (fun (n, c, w) -> (n, c, w, "driver " ^ o.driver)) drv.info_mutants
+
+let chosen_mutant ~cmd (o : Cli.opts) drv =
+  match o.mutant with
+  | None -> None
+  | Some m -> (
+      match List.find_opt (fun (n, _, _, _) -> n = m) (mutants o drv) with
+      | Some _ as found -> found
+      | None ->
+          Cli.usage_error "%s --mutant %s: no such mutant of the reference rig, the edge or driver %s (see rig-conform list)" cmd m
+            o.driver)
+
 let in_shard (o : Cli.opts) jobs =
   match o.shard with
   | None -> jobs

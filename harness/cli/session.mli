@@ -22,6 +22,15 @@ val driver_info : Cli.opts -> (Drivers.info, string) result
 (** [driver_info_or_exit o]: the same, a load failure being an error (exit 1). *)
 val driver_info_or_exit : Cli.opts -> Drivers.info
 
+(** Every mutant the driver's certification can run: of the reference rig,
+    of the edge and of the driver, each as (name, clause, what it does,
+    whose: "rig", "edge" or "driver D"). *)
+val mutants : Cli.opts -> Drivers.info -> (string * string * string * string) list
+
+(** [chosen_mutant ~cmd o drv]: the mutant [--mutant] names, if any; a name
+    no mutant has is a usage error of [cmd]. *)
+val chosen_mutant : cmd:string -> Cli.opts -> Drivers.info -> (string * string * string * string) option
+
 (** The shard of the jobs (--shard I/N): every N-th from the I-th. *)
 val in_shard : Cli.opts -> 'a list -> 'a list
 
