@@ -321,6 +321,12 @@ module Make (D : Rig_edge.Driver) = struct
         | Some (d', Rig_edge.Short _) when d' == dev ->
             violate "QUEUE-4" [ e ] "submit after a Short without asking room again"
         | _ -> ());
+        (* Work given to a device with none pending starts the wait for the
+           word now, as rig's own clock does (GUAR-7, STOP-1): a first
+           signaled long after this submit must not shorten the stall. *)
+        (match dev.last_submitted with
+        | Some l when l > dev.observed -> ()
+        | _ -> dev.stall <- Some (dev.observed, now_ms ()));
         dev.last_submitted <- Some value;
         let uses =
           List.concat_map
