@@ -190,6 +190,8 @@ type running = {
   deadline : float;
   limit : float;
   mutable watched : float;  (* when its calls in flight were last looked at *)
+  mutable crowded : bool;   (* more children than [parallel] ran beside it at some time *)
+  quiet : bool;             (* a run again of a crowded run's findings *)
 }
 
 (* The functions the document bounds (sleep by still_ms, which rig keeps
@@ -231,7 +233,7 @@ let spawn_args args =
   Hashtbl.replace started_pids (Child_process.pid c) ();
   c
 
-let spawn ~limit batch =
+let spawn ?(quiet = false) ~limit batch =
   let args =
     match batch with
     | [ (_, j) ] -> run_args j
@@ -242,7 +244,7 @@ let spawn ~limit batch =
   in
   let limit = List.fold_left (fun a (_, j) -> a +. limit j) 0. batch in
   let now = Unix.gettimeofday () in
-  { rjobs = batch; child = spawn_args args; started = now; deadline = now +. limit; limit; watched = now }
+  { rjobs = batch; child = spawn_args args; started = now; deadline = now +. limit; limit; watched = now; crowded = false; quiet }
 
 (* The results of an ended (or killed) child, and the jobs of a batch that
    must run again alone. *)
@@ -302,11 +304,36 @@ let wait_for_any running timeout =
 
 let end_strays running = ignore (Child_process.end_strays ~keep:(List.map (fun r -> Child_process.pid r.child) running))
 
-let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
+(* Runs beyond [parallel] while the machine's cores idle: up to this many
+   times [parallel], one more per look at the cores. *)
+let overcommit =
+  match Sys.getenv_opt "RIG_CONFORM_OVERCOMMIT" with
+  | Some v -> ( match int_of_string_opt v with Some n when n >= 1 -> n | _ -> 1)
+  | None -> 4
+
+(* Findings of crowded runs run again: those that came again, those that did not. *)
+let confirmed = ref 0
+let not_again = ref 0
+let crowd_confirmations () = (!confirmed, !not_again)
+
+(* RIG_CONFORM_CROWD=always: take every chance to run beyond [parallel],
+   idle cores or not (for tests of what a crowded run's findings become). *)
+let always_crowd = Sys.getenv_opt "RIG_CONFORM_CROWD" = Some "always"
+
+let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ~parallel ~limit ~progress ~stop jobs =
   let results = Array.make (List.length jobs) None in
-  let queue = ref (batches ~size:batch (List.mapi (fun i j -> (i, j)) jobs)) in
+  (* The longest first: one started last would keep the others waiting. *)
+  let by_cost a b = Float.compare (cost (snd (List.hd b))) (cost (snd (List.hd a))) in
+  let queue = ref (List.stable_sort by_cost (batches ~size:batch (List.mapi (fun i j -> (i, j)) jobs))) in
+  (* Findings of runs that were crowded, to run again as [parallel] alone
+     allows: a run beside more children than cores may have been starved of
+     its time, and a finding a timing shows must not come of the runner's
+     own load.  Their verdict is the second run's. *)
+  let quiet_queue = ref [] in
   let running = ref [] in
   let finished = ref 0 in
+  let idle = Idle_cores.create () in
+  let busy = ref None in
   let timed_out_cases = Hashtbl.create 8 in
   (* A run that crashed runs once more: a crash that does not come again
      (a heap the driver corrupted, seen at a later allocation) shows no
@@ -329,8 +356,15 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
     incr finished;
     progress !finished res.job
   in
-  let settle (done_, again) =
-    List.iter (finish ~retry:true) done_;
+  let settle r (done_, again) =
+    List.iter
+      (fun ((_, res) as x) ->
+        match res.outcome with
+        | Findings (_ :: _) when r.crowded && (not r.quiet) && not (stop ()) -> quiet_queue := !quiet_queue @ [ x ]
+        | outcome ->
+            if r.quiet then incr (match outcome with Findings (_ :: _) -> confirmed | _ -> not_again);
+            finish ~retry:true x)
+      done_;
     queue := List.map (fun x -> [ x ]) again @ !queue
   in
   (* Another seed of a case that hung would only hang as long again. *)
@@ -338,27 +372,55 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
     | [ (_, j) ] when j.inject = None -> Hashtbl.mem timed_out_cases (j.case.name, j.mutant)
     | _ -> false
   in
-  while (!queue <> [] && not (stop ())) || !running <> [] do
+  let start ?quiet next =
+    match spawn ?quiet ~limit next with
+    | r -> running := r :: !running
+    | exception (Unix.Unix_error _ | Sys_error _ as e) ->
+        (* The child could not even start (the program was replaced, no
+           processes left): a verdict on those runs, not the runner's end. *)
+        List.iter
+          (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; unjudged = []; seconds = 0. }))
+          next
+  in
+  let take_next () =
+    let next = List.hd !queue in
+    queue := List.tl !queue;
+    if hung_already next then (incr finished; progress !finished (snd (List.hd next))) else start next
+  in
+  let quiet_running () = List.exists (fun r -> r.quiet) !running in
+  while (!queue <> [] && not (stop ())) || !quiet_queue <> [] || !running <> [] do
     if stop () then begin
       (* Interrupted: what still runs says nothing about the driver. *)
       List.iter (fun r -> ignore (Child_process.finish r.child)) !running;
-      running := []
+      running := [];
+      (* A crowded run's findings stand when there is no time to run it again. *)
+      List.iter record !quiet_queue;
+      quiet_queue := []
     end
     else begin
-      while List.length !running < parallel && !queue <> [] do
-        let next = List.hd !queue in
-        queue := List.tl !queue;
-        if hung_already next then (incr finished; progress !finished (snd (List.hd next)))
-        else
-          match spawn ~limit next with
-          | r -> running := r :: !running
-          | exception (Unix.Unix_error _ | Sys_error _ as e) ->
-              (* The child could not even start (the program was replaced, no
-                 processes left): a verdict on those runs, not the runner's end. *)
-              List.iter
-                (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; unjudged = []; seconds = 0. }))
-                next
-      done;
+      (* A run again of findings waits until no more than [parallel] run. *)
+      if !quiet_queue <> [] then begin
+        if List.length !running < parallel then begin
+          let i, first = List.hd !quiet_queue in
+          quiet_queue := List.tl !quiet_queue;
+          start ~quiet:true [ (i, first.job) ]
+        end
+      end
+      else begin
+        while List.length !running < parallel && !queue <> [] do take_next () done;
+        (* One more, beyond [parallel], while at least half the cores it
+           stands for idle and nothing runs again quietly. *)
+        (match Idle_cores.busy idle with Some b -> busy := Some b | None -> ());
+        if always_crowd then busy := Some 0.;
+        if !queue <> [] && List.length !running < parallel * overcommit && not (quiet_running ()) then
+          match !busy with
+          | Some b when b <= float parallel /. 2. ->
+              (* The cores a run starting now uses show in the next window. *)
+              busy := None;
+              take_next ();
+              if List.length !running > parallel then List.iter (fun r -> r.crowded <- true) !running
+          | _ -> ()
+      end;
       let now = Unix.gettimeofday () in
       let nearest = List.fold_left (fun a r -> Float.min a (r.deadline -. now)) 0.05 !running in
       wait_for_any !running (Float.max 0.001 nearest);
@@ -370,11 +432,11 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
           | Some _ ->
               let ended = Child_process.finish r.child in
               ended_any := true;
-              settle (collect r ended ~timed_out:false)
+              settle r (collect r ended ~timed_out:false)
           | None when Unix.gettimeofday () > r.deadline ->
               ignore (Child_process.finish r.child);
               ended_any := true;
-              settle (collect r None ~timed_out:true)
+              settle r (collect r None ~timed_out:true)
           | None -> (
               (* The calls in flight, a few times a second: cheap enough. *)
               let now = Unix.gettimeofday () in
@@ -384,7 +446,7 @@ let run_all ?(batch = fun _ -> 1) ~parallel ~limit ~progress ~stop jobs =
               | Some o ->
                   ignore (Child_process.finish r.child);
                   ended_any := true;
-                  settle (collect ~overstay:o r None ~timed_out:false)
+                  settle r (collect ~overstay:o r None ~timed_out:false)
               | None -> still := r :: !still))
         !running;
       running := List.rev !still;

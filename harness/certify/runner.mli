@@ -80,11 +80,30 @@ val run_args : job -> string list
     point after it (an asynchronous exception may leave the process in a
     state the next point would inherit).
 
+    [parallel] is the cores' worth of runs: beyond it, one more child
+    starts per tenth of a second while the machine's cores were at most half
+    as busy as [parallel] (Idle_cores), up to [parallel] times
+    RIG_CONFORM_OVERCOMMIT (default 4; 1 runs no more than [parallel]), since
+    most runs only wait (RIG_CONFORM_CROWD=always: whether the cores idle
+    or not, for tests).  A run that had more than [parallel] children beside
+    it and found a violation runs again once no more than [parallel] run,
+    and nothing beyond them while it does: the verdict is that second run's,
+    so that no finding comes of the runner's own crowding.
+
+    [cost j] (default 0): the seconds [j] is expected to take; the costliest
+    start first (in the jobs' order among equals), so that no long run
+    starts last.  Results are in the jobs' order all the same.
+
     Whatever a child started is gone when its job ends (its process group,
     and what left the group, re-parented to the certifier). *)
 val run_all :
   ?batch:(job -> int) ->
+  ?cost:(job -> float) ->
   parallel:int -> limit:(job -> float) -> progress:(int -> job -> unit) -> stop:(unit -> bool) -> job list -> result list
+
+(** Of the findings of crowded runs (beside more children than
+    [parallel]) run again so far: how many came again, how many did not. *)
+val crowd_confirmations : unit -> int * int
 
 (** Seconds a call of the function may be in flight before its run ends as
     [Hung]: 5 s for those the document bounds (sleep, stop, signaled,

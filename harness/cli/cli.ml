@@ -69,7 +69,10 @@ Options:
   --only IDS        comma-separated clause IDs or globs (STOP-*, CNT-1,EXC-*)
   --seeds N         seeds 1..N (certify default 3; at most 10000)
   --seed N          a single seed
-  -j N              jobs run at once (default: the number of cores)
+  -j N              cores' worth of jobs run at once (default: the number of cores); while
+                    the machine's cores idle (jobs that only wait), up to 4N at once, and a
+                    finding of a job run beside more than N is confirmed by running it again
+                    with N at most (RIG_CONFORM_OVERCOMMIT=1: never more than N)
   --timeout S       seconds a case may take before it is killed (default: 40 times the
                     case's clean run on the fake driver, at least 120 s; a run killed with
                     no call hung is too slow to judge, not a fail).  Apart from it, a
@@ -122,13 +125,9 @@ type opts = {
   mutable scenario : string option;
 }
 
-let cores () =
-  try
-    let ic = Unix.open_process_in "nproc 2>/dev/null" in
-    let n = int_of_string (String.trim (input_line ic)) in
-    ignore (Unix.close_process_in ic);
-    max 1 n
-  with _ -> 1
+(* Every child parses the options too: the count is read, not asked of a
+   shell's nproc (two processes started for each run). *)
+let cores () = Idle_cores.count ()
 
 let positive name s =
   match int_of_string_opt s with

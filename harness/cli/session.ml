@@ -99,6 +99,16 @@ let progress_printer ~what (jobs : Runner.job list) =
     else if done_ = total || done_ mod 50 = 0 || done_ = 1 then Printf.eprintf "%s\n%!" (line ())
 
 let run_jobs ?batch (o : Cli.opts) ~what jobs =
-  Runner.run_all ?batch ~parallel:o.jobs
-    ~limit:(fun (j : Runner.job) -> Known_cases.limit ~timeout:o.timeout j.case.name)
-    ~progress:(progress_printer ~what jobs) ~stop:stopped jobs
+  let before = Runner.crowd_confirmations () in
+  let results =
+    Runner.run_all ?batch ~parallel:o.jobs
+      ~cost:(fun (j : Runner.job) -> Option.value ~default:0. (Case_limits.seconds_on_fake j.case.name))
+      ~limit:(fun (j : Runner.job) -> Known_cases.limit ~timeout:o.timeout j.case.name)
+      ~progress:(progress_printer ~what jobs) ~stop:stopped jobs
+  in
+  let again, gone = Runner.crowd_confirmations () in
+  let again, gone = (again - fst before, gone - snd before) in
+  if again + gone > 0 then
+    Printf.eprintf "%s: %d run(s) beside more than -j %d runs found something and ran again with no more beside them: %d found it again, %d did not (the second run's verdict stands)\n%!"
+      what (again + gone) o.jobs again gone;
+  results

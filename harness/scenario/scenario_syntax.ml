@@ -62,15 +62,20 @@ let read_bounded path =
           | { st_kind = S_REG; st_size; _ } when st_size > max_bytes ->
               Error (Printf.sprintf "%s: too large (%d bytes; a scenario file has at most %d)" shown st_size max_bytes)
           | { st_kind = S_REG; _ } -> (
-              let buf = Bytes.create (max_bytes + 1) in
-              let rec fill n =
-                if n > max_bytes then n
-                else match Unix.read fd buf n (max_bytes + 1 - n) with 0 -> n | k -> fill (n + k)
+              (* Read in chunks: a buffer of the largest size allowed, for
+                 each file of every run's start, cost more than the parse. *)
+              let chunk = Bytes.create 4096 and text = Buffer.create 4096 in
+              let rec fill () =
+                if Buffer.length text > max_bytes then ()
+                else
+                  match Unix.read fd chunk 0 (Bytes.length chunk) with
+                  | 0 -> ()
+                  | k -> Buffer.add_subbytes text chunk 0 k; fill ()
               in
-              match fill 0 with
-              | n when n > max_bytes ->
+              match fill () with
+              | () when Buffer.length text > max_bytes ->
                   Error (Printf.sprintf "%s: too large (over %d bytes; a scenario file has at most %d)" shown max_bytes max_bytes)
-              | n -> Ok (Bytes.sub_string buf 0 n)
+              | () -> Ok (Buffer.contents text)
               | exception Unix.Unix_error (e, _, _) -> Error (Printf.sprintf "%s: cannot read: %s" shown (Unix.error_message e)))
           | { st_kind; _ } -> Error (Printf.sprintf "%s: not a regular file (%s)" shown (kind_name st_kind)))
 

@@ -1,0 +1,73 @@
+(* The cores busy since the last look; see idle_cores.mli. *)
+
+(* The "cpu" line of /proc/stat: ticks spent by all cores, in total and idle
+   (idle and iowait: a core waiting on a disk runs nothing of ours). *)
+let read_ticks () =
+  match In_channel.with_open_bin "/proc/stat" In_channel.input_line with
+  | exception Sys_error _ -> None
+  | None -> None
+  | Some line -> (
+      match String.split_on_char ' ' line |> List.filter (( <> ) "") with
+      | "cpu" :: fields -> (
+          match List.map Int64.of_string fields with
+          | exception Failure _ -> None
+          | ticks when List.length ticks >= 5 ->
+              let total = List.fold_left Int64.add 0L ticks in
+              let idle = Int64.add (List.nth ticks 3) (List.nth ticks 4) in
+              Some (total, idle)
+          | _ -> None)
+      | _ -> None)
+
+type t = { mutable since : float; mutable ticks : (int64 * int64) option; cores : int }
+
+let lines path = match In_channel.with_open_bin path In_channel.input_all with
+  | exception Sys_error _ -> []
+  | text -> String.split_on_char '\n' text
+
+(* The cores /proc/stat's "cpu" line sums: its "cpuN" lines. *)
+let machine_cores () =
+  let per_core l = String.length l > 3 && String.starts_with ~prefix:"cpu" l && l.[3] >= '0' && l.[3] <= '9' in
+  max 1 (List.length (List.filter per_core (lines "/proc/stat")))
+
+(* "0-3,8,10-11": how many cores a Cpus_allowed_list names. *)
+let count_list s =
+  String.split_on_char ',' (String.trim s)
+  |> List.fold_left
+       (fun acc range ->
+         match (acc, String.split_on_char '-' range) with
+         | Some n, [ a ] when int_of_string_opt a <> None -> Some (n + 1)
+         | Some n, [ a; b ] -> (
+             match (int_of_string_opt a, int_of_string_opt b) with
+             | Some a, Some b when b >= a -> Some (n + b - a + 1)
+             | _ -> None)
+         | _ -> None)
+       (Some 0)
+
+let count () =
+  let allowed =
+    List.find_map
+      (fun l ->
+        match String.index_opt l ':' with
+        | Some i when String.sub l 0 i = "Cpus_allowed_list" -> count_list (String.sub l (i + 1) (String.length l - i - 1))
+        | _ -> None)
+      (lines "/proc/self/status")
+  in
+  match allowed with Some n when n >= 1 -> n | _ -> machine_cores ()
+
+let create () = { since = Unix.gettimeofday (); ticks = read_ticks (); cores = machine_cores () }
+
+let busy ?(min_window = 0.1) m =
+  let now = Unix.gettimeofday () in
+  if now -. m.since < min_window then None
+  else
+    let ticks = read_ticks () in
+    let answer =
+      match (m.ticks, ticks) with
+      | Some (t0, i0), Some (t1, i1) when Int64.compare t1 t0 > 0 ->
+          let total = Int64.to_float (Int64.sub t1 t0) and idle = Int64.to_float (Int64.sub i1 i0) in
+          Some (float m.cores *. Float.max 0. (total -. idle) /. total)
+      | _ -> None
+    in
+    m.since <- now;
+    m.ticks <- ticks;
+    answer
