@@ -222,25 +222,34 @@ def test_a_batch_run_prints_each_point_after_its_point_line():
 
 def test_findings_of_runs_beside_more_than_j_are_run_again_alone(tmp_path):
     # Beyond -j, children start while the cores idle; a run that had more
-    # beside it than -j and found something runs again with no more beside
-    # it, and that run's verdict stands.  RIG_CONFORM_CROWD=always crowds
-    # every run, idle cores or not.
-    def selftest(name, **env):
-        report = tmp_path / f"{name}.json"
-        proc = subprocess.run(
-            [ensure_rig(), "selftest", "--mutant", "stop-twice", "--seeds", "2", "-j", "1", "--no-color",
-             "--report", str(report)],
-            cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT, env={**os.environ, **env},
-        )
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        return proc, json.loads(report.read_text())
-    crowded_proc, crowded = selftest("crowded", RIG_CONFORM_CROWD="always")
-    alone_proc, alone = selftest("alone", RIG_CONFORM_OVERCOMMIT="1")
+    # beside it than -j and found something runs again at the end with no
+    # more beside it, and that run's verdict stands.  RIG_CONFORM_CROWD=always
+    # crowds every run, idle cores or not.  The driver: a blind one that
+    # takes a lock in signaled (LOCK-5).
+    plugin = ROOT / "_build" / "default" / "drivers" / "blindset" / "blindset.cmxs"
+    only = ["--plugin", str(plugin), "--driver", "bs-signaled-trylock", "--only", "LOCK-*", "-j", "1"]
+    crowded_proc, crowded = certify(tmp_path, "crowded", *only, env={**os.environ, "RIG_CONFORM_CROWD": "always"})
+    alone_proc, alone = certify(tmp_path, "alone", *only, env={**os.environ, "RIG_CONFORM_OVERCOMMIT": "1"})
+    assert crowded_proc.returncode == alone_proc.returncode == 1, crowded_proc.stdout[-2000:]
     again = [l for l in crowded_proc.stderr.splitlines() if "found something and ran again" in l]
     assert len(again) == 1 and " 0 found it again" not in again[0], crowded_proc.stderr
-    assert "found something and ran again" not in alone_proc.stderr
-    assert crowded["mutants"] == alone["mutants"]
-    assert [m["caught"] for m in crowded["mutants"]] == [True]
+    assert "ran again" not in alone_proc.stderr
+    assert verdicts_of(crowded) == verdicts_of(alone)
+    assert verdicts_of(crowded)["LOCK-5"] == "fail"
+    assert runs_of(crowded) == runs_of(alone)
+
+
+def test_a_self_test_never_runs_beyond_j(tmp_path):
+    # Its mutants find something in nearly every run: crowding would only
+    # run them twice.
+    proc = subprocess.run(
+        [ensure_rig(), "selftest", "--mutant", "stop-twice", "--seeds", "1", "-j", "1", "--no-color",
+         "--report", str(tmp_path / "s.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT,
+        env={**os.environ, "RIG_CONFORM_CROWD": "always"},
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "ran again" not in proc.stderr
 
 
 def test_verdicts_do_not_change_when_every_run_is_crowded(tmp_path):

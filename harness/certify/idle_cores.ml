@@ -25,7 +25,7 @@ let lines path = match In_channel.with_open_bin path In_channel.input_all with
   | text -> String.split_on_char '\n' text
 
 (* The cores /proc/stat's "cpu" line sums: its "cpuN" lines. *)
-let machine_cores () =
+let stat_cores () =
   let per_core l = String.length l > 3 && String.starts_with ~prefix:"cpu" l && l.[3] >= '0' && l.[3] <= '9' in
   max 1 (List.length (List.filter per_core (lines "/proc/stat")))
 
@@ -52,9 +52,13 @@ let count () =
         | _ -> None)
       (lines "/proc/self/status")
   in
-  match allowed with Some n when n >= 1 -> n | _ -> machine_cores ()
+  match allowed with Some n when n >= 1 -> n | _ -> stat_cores ()
 
-let create () = { since = Unix.gettimeofday (); ticks = read_ticks (); cores = machine_cores () }
+
+
+let create () = { since = Unix.gettimeofday (); ticks = read_ticks (); cores = stat_cores () }
+
+let machine_cores m = m.cores
 
 let busy ?(min_window = 0.1) m =
   let now = Unix.gettimeofday () in

@@ -20,3 +20,6 @@ val busy : ?min_window:float -> t -> float option
 (** The cores this process may run on (its affinity, as nproc counts them),
     at least 1. *)
 val count : unit -> int
+
+(** The machine's cores, all of them: what [busy] counts in. *)
+val machine_cores : t -> int

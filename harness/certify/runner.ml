@@ -305,11 +305,12 @@ let wait_for_any running timeout =
 let end_strays running = ignore (Child_process.end_strays ~keep:(List.map (fun r -> Child_process.pid r.child) running))
 
 (* Runs beyond [parallel] while the machine's cores idle: up to this many
-   times [parallel], one more per look at the cores. *)
+   times [parallel], twice [parallel] more per look at the cores (most runs
+   are short; one a look left the cores idle between looks). *)
 let overcommit =
   match Sys.getenv_opt "RIG_CONFORM_OVERCOMMIT" with
   | Some v -> ( match int_of_string_opt v with Some n when n >= 1 -> n | _ -> 1)
-  | None -> 4
+  | None -> 8
 
 (* Findings of crowded runs run again: those that came again, those that did not. *)
 let confirmed = ref 0
@@ -320,10 +321,11 @@ let crowd_confirmations () = (!confirmed, !not_again)
    idle cores or not (for tests of what a crowded run's findings become). *)
 let always_crowd = Sys.getenv_opt "RIG_CONFORM_CROWD" = Some "always"
 
-let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ~parallel ~limit ~progress ~stop jobs =
+let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~parallel ~limit ~progress ~stop jobs =
   let results = Array.make (List.length jobs) None in
   (* The longest first: one started last would keep the others waiting. *)
-  let by_cost a b = Float.compare (cost (snd (List.hd b))) (cost (snd (List.hd a))) in
+  let batch_cost b = List.fold_left (fun acc (_, j) -> acc +. cost j) 0. b in
+  let by_cost a b = Float.compare (batch_cost b) (batch_cost a) in
   let queue = ref (List.stable_sort by_cost (batches ~size:batch (List.mapi (fun i j -> (i, j)) jobs))) in
   (* Findings of runs that were crowded, to run again as [parallel] alone
      allows: a run beside more children than cores may have been starved of
@@ -398,8 +400,9 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ~parallel ~limit ~progre
       quiet_queue := []
     end
     else begin
-      (* A run again of findings waits until no more than [parallel] run. *)
-      if !quiet_queue <> [] then begin
+      (* Runs again of findings come last, when no more than [parallel] run
+         (one wait for the crowd to thin, not one per finding). *)
+      if !queue = [] && !quiet_queue <> [] then begin
         if List.length !running < parallel then begin
           let i, first = List.hd !quiet_queue in
           quiet_queue := List.tl !quiet_queue;
@@ -408,16 +411,18 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ~parallel ~limit ~progre
       end
       else begin
         while List.length !running < parallel && !queue <> [] do take_next () done;
-        (* One more, beyond [parallel], while at least half the cores it
-           stands for idle and nothing runs again quietly. *)
+        (* More, beyond [parallel], while at least half the cores it stands
+           for (of the machine's) idle and nothing runs again quietly. *)
         (match Idle_cores.busy idle with Some b -> busy := Some b | None -> ());
         if always_crowd then busy := Some 0.;
-        if !queue <> [] && List.length !running < parallel * overcommit && not (quiet_running ()) then
+        if crowd && !queue <> [] && List.length !running < parallel * overcommit && not (quiet_running ()) then
           match !busy with
-          | Some b when b <= float parallel /. 2. ->
-              (* The cores a run starting now uses show in the next window. *)
+          | Some b when b <= float (min parallel (Idle_cores.machine_cores idle)) /. 2. ->
+              (* The cores the runs starting now use show in the next window. *)
               busy := None;
-              take_next ();
+              for _ = 1 to 2 * parallel do
+                if !queue <> [] && List.length !running < parallel * overcommit then take_next ()
+              done;
               if List.length !running > parallel then List.iter (fun r -> r.crowded <- true) !running
           | _ -> ()
       end;

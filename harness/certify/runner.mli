@@ -80,15 +80,18 @@ val run_args : job -> string list
     point after it (an asynchronous exception may leave the process in a
     state the next point would inherit).
 
-    [parallel] is the cores' worth of runs: beyond it, one more child
-    starts per tenth of a second while the machine's cores were at most half
-    as busy as [parallel] (Idle_cores), up to [parallel] times
-    RIG_CONFORM_OVERCOMMIT (default 4; 1 runs no more than [parallel]), since
-    most runs only wait (RIG_CONFORM_CROWD=always: whether the cores idle
+    [parallel] is the cores' worth of runs: beyond it, up to 2 [parallel]
+    more children start per tenth of a second while no more than half of
+    [parallel] of the machine's cores were busy (Idle_cores), up to
+    [parallel] times RIG_CONFORM_OVERCOMMIT (default 8; 1 runs no more than
+    [parallel]) at once, since most runs only wait (RIG_CONFORM_CROWD=always: whether the cores idle
     or not, for tests).  A run that had more than [parallel] children beside
-    it and found a violation runs again once no more than [parallel] run,
-    and nothing beyond them while it does: the verdict is that second run's,
-    so that no finding comes of the runner's own crowding.
+    it and found a violation runs again at the end, once no more than
+    [parallel] run, and nothing beyond them while it does: the verdict is
+    that second run's, so that no finding comes of the runner's own
+    crowding.  [crowd] false (default true): never more than [parallel] (a
+    self-test, whose mutants find something in nearly every run; a
+    calibration, which measures).
 
     [cost j] (default 0): the seconds [j] is expected to take; the costliest
     start first (in the jobs' order among equals), so that no long run
@@ -99,6 +102,7 @@ val run_args : job -> string list
 val run_all :
   ?batch:(job -> int) ->
   ?cost:(job -> float) ->
+  ?crowd:bool ->
   parallel:int -> limit:(job -> float) -> progress:(int -> job -> unit) -> stop:(unit -> bool) -> job list -> result list
 
 (** Of the findings of crowded runs (beside more children than

@@ -58,7 +58,7 @@ Usage:
       Runs every case cleanly on the fake driver (seeds 1-3) and writes the wall time of
       each (default harness/certify/case_seconds.tsv of the checkout): each case's time
       limit on any driver is derived from it.
-  rig-conform bench [--report PATH]
+  rig-conform bench [--report PATH] [--validation-only]
       The validation layer's cost (wrapped vs bare, same workload), the wall time of a
       whole certification of each bundled driver at -j1 and -j2, and the sweeps' speed.
   rig-cert is another name of rig-conform (make install).
@@ -70,7 +70,7 @@ Options:
   --seeds N         seeds 1..N (certify default 3; at most 10000)
   --seed N          a single seed
   -j N              cores' worth of jobs run at once (default: the number of cores); while
-                    the machine's cores idle (jobs that only wait), up to 4N at once, and a
+                    the machine's cores idle (jobs that only wait), up to 8N at once, and a
                     finding of a job run beside more than N is confirmed by running it again
                     with N at most (RIG_CONFORM_OVERCOMMIT=1: never more than N)
   --timeout S       seconds a case may take before it is killed (default: 40 times the

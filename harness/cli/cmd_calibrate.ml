@@ -23,7 +23,7 @@ let main args =
       (fun case -> List.map (fun seed -> { Runner.case; seed; driver = "fake"; plugins = []; mutant = None; inject = None }) [ 1; 2; 3 ])
       (Known_cases.all_cases ())
   in
-  let results = Session.run_jobs o ~what:"calibrate" jobs in
+  let results = Session.run_jobs ~crowd:false o ~what:"calibrate" jobs in
   Session.exit_if_interrupted ();
   let broken = List.filter (fun (r : Runner.result) -> match r.outcome with Findings [] | Not_applicable _ -> false | _ -> true) results in
   if broken <> [] then begin

@@ -89,13 +89,13 @@ let main args =
       in
       Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d%s\n%!" o.driver (List.length cases) (List.length seeds) o.jobs
         (match o.shard with Some (i, n) -> Printf.sprintf ", shard %d/%d (%d runs)" i n (List.length jobs) | None -> "");
-      let results = Session.run_jobs o ~what:"certify" jobs in
-      let swept =
-        if drv.fault_injection && o.sweep && Session.interrupted () = None then
-          Fault_sweep.sweep_runs o (Known_cases.rig_cases_of selected)
-        else []
+      (* The sweep's points run among the cases, not after them: both
+         mostly wait, and each fills the other's idle cores. *)
+      let census =
+        if drv.fault_injection && o.sweep then Fault_sweep.census o (Known_cases.rig_cases_of selected) else []
       in
-      let results = results @ swept in
+      let points, batch = if census = [] then ([], fun _ -> 1) else Fault_sweep.points o census in
+      let results = Session.run_jobs ~batch o ~what:"certify" (jobs @ points) in
       let lines = Report.verdicts ~cases:(Known_cases.all_cases ()) ~selected results in
       Report.print_table ~color:o.color lines;
       write ~declared:(drv.kit @ [ ("fault_injection", drv.fault_injection) ]) lines results;

@@ -28,7 +28,7 @@ let main args =
         | None -> List.map (fun case -> job case) (List.filter (fun (c : Case.t) -> List.mem clause c.clauses) (Known_cases.all_cases ())))
       mutants
   in
-  let results = Session.run_jobs o ~what:"selftest" (conforming_jobs @ mutant_jobs) in
+  let results = Session.run_jobs ~crowd:false o ~what:"selftest" (conforming_jobs @ mutant_jobs) in
   let conforming = List.filter (fun (r : Runner.result) -> r.job.mutant = None) results in
   let conforming_flagged = Report.flagged conforming in
   let rows =

@@ -12,10 +12,12 @@ let random_plan (o : Cli.opts) points =
 
 let clean_job (o : Cli.opts) ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject }
 
-let sweep_runs ?(with_census = false) (o : Cli.opts) cases =
-  let job = clean_job o in
+let census (o : Cli.opts) cases =
   Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);
-  let census = Session.run_jobs o ~what:"census" (List.map (fun c -> job c) cases) in
+  Session.run_jobs o ~what:"census" (List.map (fun c -> clean_job o c) cases)
+
+let points (o : Cli.opts) census =
+  let job = clean_job o in
   let points =
     List.concat_map
       (fun (r : Runner.result) ->
@@ -41,6 +43,11 @@ let sweep_runs ?(with_census = false) (o : Cli.opts) cases =
           | Some r -> max 1 (min 64 (int_of_float (2.0 /. Float.max 0.001 r.seconds)))
           | None -> 1)
   in
+  (points, batch)
+
+let sweep_runs ?(with_census = false) (o : Cli.opts) cases =
+  let census = census o cases in
+  let points, batch = points o census in
   (if with_census then Session.in_shard o census else []) @ Session.run_jobs ~batch o ~what:"sweep" points
 
 let report_sweep (o : Cli.opts) ~cases ~selected ~report results =

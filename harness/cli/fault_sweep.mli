@@ -7,6 +7,13 @@
     only), the injection if any. *)
 val clean_job : Cli.opts -> ?inject:Injection.t -> Case.t -> Runner.job
 
+(** [census o cases]: the counting runs of [cases] (one clean run each). *)
+val census : Cli.opts -> Case.t list -> Runner.result list
+
+(** [points o census]: the injected jobs the counts of [census] call for
+    (--random, --shard applied), and the batch size of each job's child. *)
+val points : Cli.opts -> Runner.result list -> Runner.job list * (Runner.job -> int)
+
 (** [sweep_runs ?with_census o cases]: the injected runs of [cases], and,
     [with_census], the counting runs too (certify has its own). *)
 val sweep_runs : ?with_census:bool -> Cli.opts -> Case.t list -> Runner.result list
