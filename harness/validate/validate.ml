@@ -79,7 +79,22 @@ module Make (D : Rig_edge.Driver) = struct
     List.exists (fun (_, a) -> match a with Open n | Close n -> n = dev.name | Request _ -> false) !acts
   let next_id = ref 0
   let opens = Hashtbl.create 8
-  let by_handle : (int64, region) Hashtbl.t = Hashtbl.create 64
+  (* Tables keyed without the polymorphic hash, which a wrapped call paid for. *)
+  module By_handle = Hashtbl.Make (struct
+    type t = int64
+    let equal = Int64.equal
+    (* handles are often addresses: their low bits alone would collide *)
+    let hash h = let x = Int64.to_int h in (x lxor (x lsr 12) lxor (x lsr 24)) land max_int
+  end)
+
+  module By_thread = Hashtbl.Make (struct
+    type t = int
+    let equal = Int.equal
+    let hash x = x land max_int
+  end)
+
+  (* The regions rig located, by handle, while they live. *)
+  let by_handle : region By_handle.t = By_handle.create 64
   let devices : dev list ref = ref []
 
   let fresh () = incr next_id; !next_id
@@ -110,15 +125,15 @@ module Make (D : Rig_edge.Driver) = struct
     mutable room_sub : sub_state option;   (* the submission of the last room *)
   }
 
-  let threads : (int, thread_state) Hashtbl.t = Hashtbl.create 8
+  let threads : thread_state By_thread.t = By_thread.create 8
 
   let tstate () =
     let t = self () in
-    match Hashtbl.find_opt threads t with
+    match By_thread.find_opt threads t with
     | Some s -> s
     | None ->
         let s = { expect_fallback = None; entry_streak = None; last_room = None; grew = None; room_sub = None } in
-        Hashtbl.replace threads t s;
+        By_thread.replace threads t s;
         s
 
   let subs : sub_state list ref = ref []
@@ -144,7 +159,7 @@ module Make (D : Rig_edge.Driver) = struct
      (an entry's No_memory asks, a submission's Short growths) are judged
      once nothing more can come: at the device's stop, or the run's end. *)
   let settle dev =
-    Hashtbl.iter
+    By_thread.iter
       (fun _ ts -> match ts.entry_streak with Some (d, _, _, _, _) when d == dev -> close_entry_streak ts | _ -> ())
       threads;
     List.iter
@@ -350,7 +365,7 @@ module Make (D : Rig_edge.Driver) = struct
               | Copy { src; dst; _ } -> [ src; dst ]
               | Launch { args; _ } -> args)
             (Rig_edge.parts s)
-          |> List.filter_map (fun h -> Hashtbl.find_opt by_handle h)
+          |> List.filter_map (fun h -> By_handle.find_opt by_handle h)
           |> List.map (fun r -> r.rid)
         in
         dev.pending <- (value, uses) :: dev.pending;
@@ -376,7 +391,7 @@ module Make (D : Rig_edge.Driver) = struct
   let locate dev r =
     call dev "locate" ~counted:false (fun () ->
         let p = D.locate dev.d r.r in
-        locked (fun () -> Hashtbl.replace by_handle p.handle r);
+        locked (fun () -> By_handle.replace by_handle p.handle r);
         let reach =
           Option.map (fun f access -> call dev "reach" ~counted:true (fun () -> f access)) p.reach
         in
@@ -442,6 +457,9 @@ module Make (D : Rig_edge.Driver) = struct
     | () ->
         locked (fun () ->
             r.freed <- true;
+            (* A handle of a freed region names nothing rig may use: the
+               table keeps the live ones (the driver may reuse a handle). *)
+            By_handle.filter_map_inplace (fun _ x -> if x == r then None else Some x) by_handle;
             match r.kind with Peer over -> over.mappings <- over.mappings - 1 | _ -> ())
     | exception ex ->
         locked (fun () -> r.free_raised <- true);
@@ -606,7 +624,7 @@ module Make (D : Rig_edge.Driver) = struct
   let finish () =
     locked (fun () ->
         List.iter settle !devices;
-        Hashtbl.iter
+        By_thread.iter
           (fun _ ts ->
             match ts.expect_fallback with
             | Some (_, _, first) -> violate "GUAR-6" [ first ] "alloc of Mapped answered None and rig never fell back"
