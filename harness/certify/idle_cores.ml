@@ -12,7 +12,9 @@ let read_ticks () =
           match List.map Int64.of_string fields with
           | exception Failure _ -> None
           | ticks when List.length ticks >= 5 ->
-              let total = List.fold_left Int64.add 0L ticks in
+              (* guest and guest_nice (fields 9 and 10) are counted in user
+                 and nice already *)
+              let total = List.fold_left Int64.add 0L (List.filteri (fun i _ -> i < 8) ticks) in
               let idle = Int64.add (List.nth ticks 3) (List.nth ticks 4) in
               Some (total, idle)
           | _ -> None)
@@ -53,8 +55,6 @@ let count () =
       (lines "/proc/self/status")
   in
   match allowed with Some n when n >= 1 -> n | _ -> stat_cores ()
-
-
 
 let create () = { since = Unix.gettimeofday (); ticks = read_ticks (); cores = stat_cores () }
 
