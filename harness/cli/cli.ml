@@ -105,7 +105,7 @@ type opts = {
   mutable driver : string;
   mutable only : string list;
   mutable seeds : int list;
-  mutable jobs : int;
+  mutable jobs_given : int option;
   mutable timeout : float option;
   mutable report : string option;
   mutable case : string option;
@@ -125,9 +125,11 @@ type opts = {
   mutable scenario : string option;
 }
 
-(* Every child parses the options too: the count is read, not asked of a
-   shell's nproc (two processes started for each run). *)
 let cores () = Idle_cores.count ()
+
+(* Every child parses the options too, and never runs jobs: the cores are
+   counted only where they are asked for. *)
+let jobs o = match o.jobs_given with Some n -> n | None -> cores ()
 
 let positive name s =
   match int_of_string_opt s with
@@ -152,7 +154,7 @@ let plugin_arg v =
 
 let parse_opts args ~allowed =
   let o =
-    { driver = "fake"; only = []; seeds = []; jobs = cores (); timeout = None; report = None; case = None;
+    { driver = "fake"; only = []; seeds = []; jobs_given = None; timeout = None; report = None; case = None;
       mutant = None; plugins = []; injects = []; shard = None; sweep = true; random = None; batch = None; list = false;
       junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None; out = None;
       sequences = None; scenario = None }
@@ -205,7 +207,7 @@ let parse_opts args ~allowed =
     | "-j" :: v :: rest ->
         let n = positive "-j" v in
         if n > 256 then usage_error "-j %d: at most 256 jobs at once" n;
-        o.jobs <- n; go rest
+        o.jobs_given <- Some n; go rest
     | "--timeout" :: v :: rest ->
         (match float_of_string_opt v with
         | Some s when s > 0. && Float.is_finite s && s <= 86400. -> o.timeout <- Some s

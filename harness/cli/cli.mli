@@ -14,7 +14,7 @@ type opts = {
   mutable driver : string;
   mutable only : string list;
   mutable seeds : int list;
-  mutable jobs : int;
+  mutable jobs_given : int option;  (** -j, when given *)
   mutable timeout : float option;  (** None: each case's own limit (Case_limits) *)
   mutable report : string option;  (** absolute *)
   mutable case : string option;
@@ -50,6 +50,9 @@ val temp_dir_or_exit : unit -> unit
 
 (** The number of cores. *)
 val cores : unit -> int
+
+(** [-j]'s value: the one given, or the number of cores. *)
+val jobs : opts -> int
 
 (** [positive name s]: [s] as a positive integer, or a usage error. *)
 val positive : string -> string -> int

@@ -87,7 +87,7 @@ let main args =
           cases
         |> Session.in_shard o
       in
-      Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d%s\n%!" o.driver (List.length cases) (List.length seeds) o.jobs
+      Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d%s\n%!" o.driver (List.length cases) (List.length seeds) (Cli.jobs o)
         (match o.shard with Some (i, n) -> Printf.sprintf ", shard %d/%d (%d runs)" i n (List.length jobs) | None -> "");
       (* The sweep's points run among the cases, not after them: both
          mostly wait, and each fills the other's idle cores. *)

@@ -101,7 +101,7 @@ let progress_printer ~what (jobs : Runner.job list) =
 let run_jobs ?batch ?crowd (o : Cli.opts) ~what jobs =
   let before = Runner.crowd_confirmations () in
   let results =
-    Runner.run_all ?batch ?crowd ~parallel:o.jobs
+    Runner.run_all ?batch ?crowd ~parallel:(Cli.jobs o)
       ~cost:(fun (j : Runner.job) -> Option.value ~default:0. (Case_limits.seconds_on_fake j.case.name))
       ~limit:(fun (j : Runner.job) -> Known_cases.limit ~timeout:o.timeout j.case.name)
       ~progress:(progress_printer ~what jobs) ~stop:stopped jobs
@@ -110,5 +110,5 @@ let run_jobs ?batch ?crowd (o : Cli.opts) ~what jobs =
   let again, gone = (again - fst before, gone - snd before) in
   if again + gone > 0 then
     Printf.eprintf "%s: %d run(s) beside more than -j %d runs found something and ran again with no more beside them: %d found it again, %d did not (the second run's verdict stands)\n%!"
-      what (again + gone) o.jobs again gone;
+      what (again + gone) (Cli.jobs o) again gone;
   results

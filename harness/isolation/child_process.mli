@@ -51,6 +51,11 @@ val last_lines : t -> int -> string
 
 (** {1 What a driver leaves behind} *)
 
+(** [read_small path]: the first 4 KiB of a file, read without the 64-KiB
+    buffer In_channel.input_all starts with (for the small /proc files read
+    often); raises Unix_error as Unix.openfile does. *)
+val read_small : string -> string
+
 (** [parent_and_group pid]: the parent and the process group of a process
     (from /proc), or [None] when it is gone. *)
 val parent_and_group : int -> (int * int) option
