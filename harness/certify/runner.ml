@@ -334,7 +334,9 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
   let quiet_queue = ref [] in
   let running = ref [] in
   let finished = ref 0 in
-  let idle = Idle_cores.create () in
+  (* The machine's cores are watched only where runs may go beyond [parallel]. *)
+  let crowd = crowd && overcommit > 1 in
+  let idle = if crowd then Some (Idle_cores.create ()) else None in
   let busy = ref None in
   let timed_out_cases = Hashtbl.create 8 in
   (* A run that crashed runs once more: a crash that does not come again
@@ -413,18 +415,21 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
         while List.length !running < parallel && !queue <> [] do take_next () done;
         (* More, beyond [parallel], while at least half the cores it stands
            for (of the machine's) idle and nothing runs again quietly. *)
-        (match Idle_cores.busy idle with Some b -> busy := Some b | None -> ());
-        if always_crowd then busy := Some 0.;
-        if crowd && !queue <> [] && List.length !running < parallel * overcommit && not (quiet_running ()) then
-          match !busy with
-          | Some b when b <= float (min parallel (Idle_cores.machine_cores idle)) /. 2. ->
-              (* The cores the runs starting now use show in the next window. *)
-              busy := None;
-              for _ = 1 to 2 * parallel do
-                if !queue <> [] && List.length !running < parallel * overcommit then take_next ()
-              done;
-              if List.length !running > parallel then List.iter (fun r -> r.crowded <- true) !running
-          | _ -> ()
+        match idle with
+        | None -> ()
+        | Some idle ->
+          (match Idle_cores.busy idle with Some b -> busy := Some b | None -> ());
+          if always_crowd then busy := Some 0.;
+          if !queue <> [] && List.length !running < parallel * overcommit && not (quiet_running ()) then
+            match !busy with
+            | Some b when b <= float (min parallel (Idle_cores.machine_cores idle)) /. 2. ->
+                (* The cores the runs starting now use show in the next window. *)
+                busy := None;
+                for _ = 1 to 2 * parallel do
+                  if !queue <> [] && List.length !running < parallel * overcommit then take_next ()
+                done;
+                if List.length !running > parallel then List.iter (fun r -> r.crowded <- true) !running
+            | _ -> ()
       end;
       let now = Unix.gettimeofday () in
       let nearest = List.fold_left (fun a r -> Float.min a (r.deadline -. now)) 0.05 !running in
