@@ -4,8 +4,7 @@
 
 let () = Channel.attach_from_environment ()
 
-let () =
-  match List.tl (Array.to_list Sys.argv) with
+let dispatch = function
   | [] | ("-h" | "--help" | "help") :: _ -> print_string Cli.help
   | "certify" :: rest -> Cmd_certify.main rest
   | "run" :: rest -> Cmd_run.run rest
@@ -17,3 +16,7 @@ let () =
   | "list" :: rest -> Cmd_list.main rest
   | "bench" :: rest -> Bench.main rest
   | cmd :: _ -> Cli.usage_error "unknown subcommand %S" cmd
+
+(* A zygote serves here, and each child it makes runs as if started anew. *)
+let () = Zygote.serve_if_asked ~run:(fun args -> Channel.attach_from_environment (); dispatch args)
+let () = dispatch (List.tl (Array.to_list Sys.argv))

@@ -6,6 +6,7 @@ external cloexec : int -> unit = "rig_iso_cloexec"
 
 let channel_var = "RIG_CONFORM_CHANNEL"
 let calls_var = "RIG_CONFORM_CALLS"
+let variables = [ channel_var; calls_var ]
 
 (* Under PIPE_BUF (4096 on Linux): one write, never interleaved. *)
 let max_record = 3800

@@ -35,6 +35,9 @@ val say_done : unit -> unit
     in the environment), and its call page on descriptor [calls_fd]. *)
 val environment : fd:int -> token_fd:int -> calls_fd:int -> string list
 
+(** The names of the variables [environment] sets. *)
+val variables : string list
+
 (** A fresh token, unguessable by the child's driver. *)
 val new_token : unit -> string
 

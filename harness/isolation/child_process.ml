@@ -46,7 +46,11 @@ let spawn ?argv0 ~prog ~args () =
     Fun.protect
       ~finally:(fun () -> Unix.close out_w; Unix.close chan_w; Unix.close tok_r)
       (fun () ->
-        try spawn_raw prog (Array.of_list (Option.value argv0 ~default:prog :: args)) env [| out_w; out_w; chan_w; calls; tok_r |]
+        let argv0 = Option.value argv0 ~default:prog and fds = [| out_w; out_w; chan_w; calls; tok_r |] in
+        try
+          match Zygote.spawn ~argv0 ~prog ~args ~env ~fds with
+          | Some pid -> pid
+          | None -> spawn_raw prog (Array.of_list (argv0 :: args)) env fds
         with e -> Unix.close out_r; Unix.close chan_r; Unix.close calls; raise e)
   in
   Unix.set_nonblock out_r;
@@ -167,6 +171,7 @@ let processes () =
 
 let end_strays ~keep =
   let me = Unix.getpid () in
+  let keep = Option.to_list (Zygote.pid ()) @ keep in
   let rec round n ended =
     if n = 0 then ended
     else
