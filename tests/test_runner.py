@@ -259,3 +259,19 @@ def test_verdicts_do_not_change_when_every_run_is_crowded(tmp_path):
     assert crowded_proc.returncode == alone_proc.returncode == 0, crowded_proc.stdout[-2000:]
     assert verdicts_of(crowded) == verdicts_of(alone)
     assert runs_of(crowded) == runs_of(alone)
+
+
+def test_children_copied_from_the_zygote_give_what_executed_children_give(tmp_path):
+    # Children are copies of a zygote that loaded no driver; executed anew
+    # (RIG_CONFORM_ZYGOTE=off) they must give the same runs, outcomes and
+    # flags, on the fake and on a plugin's broken driver (LOCK-5).
+    plugin = ROOT / "_build" / "default" / "drivers" / "blindset" / "blindset.cmxs"
+    for name, only in [
+        ("fake", ["--only", "SIG-*,STOP-*,TIME-*", "--seeds", "2", "-j", "2"]),
+        ("blind", ["--plugin", str(plugin), "--driver", "bs-signaled-trylock", "--only", "LOCK-*", "-j", "2"]),
+    ]:
+        copied_proc, copied = certify(tmp_path, f"{name}-copied", *only)
+        executed_proc, executed = certify(tmp_path, f"{name}-executed", *only, env={**os.environ, "RIG_CONFORM_ZYGOTE": "off"})
+        assert copied_proc.returncode == executed_proc.returncode, copied_proc.stdout[-2000:]
+        assert verdicts_of(copied) == verdicts_of(executed)
+        assert runs_of(copied) == runs_of(executed)
