@@ -145,7 +145,9 @@ module Flows (P : Rig_edge.Package) = struct
     Gc.full_major ();
     (* A word that never read the last value keeps the device's memory
        (STOP-7): then the buffer is rig's still, not the submission's. *)
-    if R.drained dev && Weak.check watch 0 then
+    if not (R.drained dev) then
+      Case.report_unjudged [ ("CNT-5", "the word never read the last value after stop: rig keeps the device's memory (STOP-7), so what it lets go of is not seen") ]
+    else if Weak.check watch 0 then
       acc := finding "CNT-5" "a buffer that only a submission kept is still alive after stop" :: !acc;
     (* The program still holds the device: what rig keeps with it must not
        keep the buffer. *)
@@ -267,9 +269,9 @@ module Flows (P : Rig_edge.Package) = struct
     (match R.load dev bin with
     | Ok im -> (
         match entry im f with
-        | _ -> ()
+        | _ -> Case.report_unjudged [ ("EXC-2", "entry did not raise Invalid_argument for a function needing 2^40 bytes of scratch") ]
         | exception Invalid_argument _ -> still_usable acc "EXC-2" dev "an Invalid_argument from entry")
-    | Error _ -> ());
+    | Error _ -> Case.report_unjudged [ ("EXC-2", "the device refused the kit's scratch binary") ]);
     close dev
 
   (* An exception from prepare loses nothing: EXC-3. *)
