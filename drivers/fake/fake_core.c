@@ -867,9 +867,9 @@ void fake_unload(struct fake_image *im) {
 /* ------------------------------------------------------------- the work */
 
 /* Whether the running part should give up: stop aborts it, except under
- * late-word-write, whose spins run to their end. */
+ * late-word-write and stop-early-value, whose spins run to their end. */
 static int abort_spin(const struct fake_dev *d) {
-  return d->stopping && !mutant(d, FAKE_M_LATE_WORD_WRITE);
+  return d->stopping && !mutant(d, FAKE_M_LATE_WORD_WRITE) && !mutant(d, FAKE_M_STOP_EARLY_VALUE);
 }
 
 static void do_fill(struct fake_dev *d, uint64_t h, uint64_t off, uint64_t len, uint64_t byte) {
@@ -959,14 +959,15 @@ static void *worker_main(void *arg) {
   for (;;) {
     /* A faulted device runs nothing more: the word stops moving. */
     while (!d->stopping && (d->faulted || !d->run_head)) pthread_cond_wait(&d->cv, &d->mu);
-    if (d->stopping) break;
+    /* stop-early-value: the queue drains after stop wrote the last value. */
+    if (d->stopping && !(mutant(d, FAKE_M_STOP_EARLY_VALUE) && d->run_head && !d->faulted)) break;
     struct fake_node *n = d->run_head;
     d->run_head = n->next;
     if (!d->run_head) d->run_tail = NULL;
     d->running = 1;
     exec_part(d, n);
     int done = !d->faulted && !abort_spin(d);
-    if (done && n->ends) store_word(d, n->value);
+    if (done && n->ends && !(d->stopping && mutant(d, FAKE_M_STOP_EARLY_VALUE))) store_word(d, n->value);
     free_push(d, n);
     d->running = 0;
     pthread_cond_broadcast(&d->cv);
@@ -1261,8 +1262,10 @@ void fake_stop(struct fake_dev *d) {
   atomic_store(&d->dead, 1);
   if (mutant(d, FAKE_M_STOP_RELEASES_FN)) bus_release(d);
   for (struct fake_thread *t = d->threads; t; t = t->next) drop_thread(d, t);
-  free_push_list(d, d->run_head);
-  d->run_head = d->run_tail = NULL;
+  if (!mutant(d, FAKE_M_STOP_EARLY_VALUE)) {
+    free_push_list(d, d->run_head);
+    d->run_head = d->run_tail = NULL;
+  }
   /* The queues go (STOP-5); their slots are freed with the device, as
    * the worker may still hold one. */
   d->used[FAKE_DEVICE] -= d->queue_bytes;
@@ -1277,7 +1280,9 @@ void fake_stop(struct fake_dev *d) {
         free(r);
         d->buckets[b] = NULL;
       }
-  if (d->running && !mutant(d, FAKE_M_LATE_WORD_WRITE))
+  if (mutant(d, FAKE_M_STOP_EARLY_VALUE))
+    store_word(d, d->last_value); /* while the work still runs */
+  else if (d->running && !mutant(d, FAKE_M_LATE_WORD_WRITE))
     d->worker_writes_last = 1;
   else if (d->running || !mutant(d, FAKE_M_STOP_NO_LAST_VALUE))
     store_word(d, d->last_value);

@@ -497,6 +497,23 @@ module Kit (P : Package) = struct
                 Some { wreg = r; wread; wwrite })
     in
     try_kinds kinds
+
+  (* A device of the package, and a witness region of it: host memory where
+     it declares maps_host, else a region a second device's mapping reaches. *)
+  let witness_device s n =
+    match openers () with
+    | [] -> raise (Skip "the package has no opener")
+    | o :: rest -> (
+        let a = open_dev s o in
+        if a.facts.maps_host then (a, host_witness s a n)
+        else
+          match rest with
+          | [] -> raise (Skip "needs a device that declares maps_host or a second device")
+          | o2 :: _ -> (
+              let b = open_dev s o2 in
+              match peer_witness s a b n with
+              | Some w -> (a, w)
+              | None -> raise (Skip "no region of one device that another device's mapping reaches")))
 end
 
 (* The case constructor: one clause per case. *)

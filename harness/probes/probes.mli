@@ -143,4 +143,9 @@ module Kit (P : Rig_edge.Package) : sig
 
   val host_witness : session -> dev -> int -> witness
   val peer_witness : session -> dev -> dev -> int -> witness option
+
+  (** [witness_device s n]: a device of the package, opened, and a witness
+      of [n] bytes of it (host memory where it declares maps_host, else
+      another device's mapping); Skip when the package has neither. *)
+  val witness_device : session -> int -> dev * witness
 end

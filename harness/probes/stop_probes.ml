@@ -84,6 +84,74 @@ let stop3_running (module P : Package) ~seed =
         K.flag s "%d ms after stop (work spinning %d ms), the word reads %d, not the last value %d given to submit"
           (ms + 3000) ms w v)
 
+(* STOP-3, "only once no work of d runs": the last value must not come
+   while work of d still runs, seen through that work's own memory effect.
+   A spin runs when stop is called (a fill goes before it, and stop waits
+   until the word shows that fill), and a fill of a witness region (read
+   through host memory or another device's mapping) is queued behind it.
+   A driver may drop the queued fill or run it before it writes the last
+   value; once the word reads that value, no byte of the fill may appear.
+   A try where stop could not be called on the spin judges nothing, and the
+   probe tries again (3 tries, then unjudged). *)
+let stop3_value_after_work (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-3" ~seed (fun s ->
+      let spin = K.need_item "spin" P.kit.spin in
+      let attempt () =
+        let n = word * (1 + K.int s 256) in
+        let dev, witness = K.witness_device s n in
+        let b0 = K.byte s in
+        witness.K.wwrite ~off:0 (String.make n (Char.chr b0));
+        let b1 = K.other_byte s b0 in
+        let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+        let h = K.kit_entry s dev "spin" spin in
+        let ms = 300 + K.int s 100 in
+        let submit what parts =
+          match K.submit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e))
+        in
+        let before = submit "a Fill before the spin" [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] in
+        let launched = now () in
+        ignore (submit "a spin launch" [ Launch { entry = h; args = [ Int64.of_int ms ] } ]);
+        let v = submit "a Fill of the witness behind the spin" [ K.fill_part witness.K.wreg ~off:0 ~len:n ~byte:b1 ] in
+        let on_the_spin = K.poll_word dev ~ms:(ms / 2) (fun w -> w >= before) = before in
+        ignore (K.stop s dev ~bound_ms:9000);
+        let stopped_ms = (now () -. launched) *. 1000. in
+        if (not on_the_spin) || stopped_ms >= float ms then `Premise_unmet (ms, on_the_spin, stopped_ms)
+        else begin
+          (* A word that never reads v is probe.STOP-3.running's to judge. *)
+          if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) = v then begin
+            let landed () = String.contains (witness.K.wread ~off:0 ~len:n) (Char.chr b1) in
+            let seen_v = now () in
+            if not (landed ()) then begin
+              let until = Float.max (now ()) (launched +. (float ms /. 1000.)) +. 0.6 in
+              let late = ref None in
+              while now () < until && !late = None do
+                if landed () then late := Some (now () -. seen_v) else Thread.delay 0.01
+              done;
+              match !late with
+              | Some t ->
+                  K.flag s
+                    "the word read the last value %d while work of the device still ran: %.0f ms later, a Fill submitted before stop (behind a %d-ms spin) wrote its bytes"
+                    v (t *. 1000.) ms
+              | None -> ()
+            end
+          end;
+          `Judged
+        end
+      in
+      let rec tries k =
+        match attempt () with
+        | `Judged -> ()
+        | `Premise_unmet _ when k > 1 -> tries (k - 1)
+        | `Premise_unmet (ms, on_the_spin, stopped_ms) ->
+            Case.report_unjudged
+              [ ( "STOP-3",
+                  if not on_the_spin then
+                    spf "in 3 tries the device had not passed the fill before a %d-ms spin within half its length: stop could not be called on running work" ms
+                  else spf "in 3 tries the %d-ms spin had ended when stop returned (%.0f ms after its launch)" ms stopped_ms ) ]
+      in
+      tries 3)
+
 (* STOP-3, "also when that submit failed": with no work running, a submit
    fails, and stop must still write its value.  Only a driver whose
    failures the harness can arm (the fake's injection) is asked; on
@@ -111,21 +179,7 @@ let stop4_drop_encoded (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"STOP-4" ~seed (fun s ->
       let n = word * (1 + K.int s 512) in
-      let a, witness =
-        match K.openers () with
-        | [] -> raise (Skip "the package has no opener")
-        | o :: rest -> (
-            let a = K.open_dev s o in
-            if a.facts.maps_host then (a, K.host_witness s a n)
-            else
-              match rest with
-              | [] -> raise (Skip "needs a device that declares maps_host or a second device")
-              | o2 :: _ -> (
-                  let b = K.open_dev s o2 in
-                  match K.peer_witness s a b n with
-                  | Some w -> (a, w)
-                  | None -> raise (Skip "no region of one device that another device's mapping reaches")))
-      in
+      let a, witness = K.witness_device s n in
       let b0 = K.byte s in
       witness.wwrite ~off:0 (String.make n (Char.chr b0));
       let b1 = K.other_byte s b0 in
@@ -303,6 +357,7 @@ let cases =
     case "probe.STOP-3.uncommitted" "STOP-3" stop3_uncommitted;
     case "probe.STOP-3.running" "STOP-3" stop3_running;
     case "probe.STOP-3.failed-submit" "STOP-3" stop3_failed_submit;
+    case "probe.STOP-3.value-after-work" "STOP-3" stop3_value_after_work;
     case "probe.STOP-4.drop-encoded" "STOP-4" stop4_drop_encoded;
     case "probe.STOP-5.keeps-word" "STOP-5" stop5_keeps;
     case "probe.STOP-6.no-late-write" "STOP-6" stop6_no_late_write;
