@@ -296,15 +296,19 @@ module Kit (P : Package) = struct
         | Reached -> v
         | w -> raise (Skip (spf "setup: %s: value %d %s" what v (describe_wait w))))
 
-  (* [poll_word dev ~ms until] reads signaled in 10 ms steps until [until w]
-     holds or [ms] pass; the last word read. *)
+  (* Half a millisecond between reads of the word: a value a driver shows
+     only briefly (the last value, then a late write over it) is seen. *)
+  let poll_interval = 0.0005
+
+  (* [poll_word dev ~ms until] reads signaled every [poll_interval] until
+     [until w] holds or [ms] pass; the last word read. *)
   let poll_word dev ~ms until =
     let deadline = now () +. (float_of_int ms /. 1000.) in
     let rec loop () =
       let w = D.signaled dev.d in
       if until w || now () > deadline then w
       else (
-        Thread.delay 0.01;
+        Thread.delay poll_interval;
         loop ())
     in
     loop ()

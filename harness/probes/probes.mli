@@ -117,6 +117,9 @@ module Kit (P : Rig_edge.Package) : sig
   val run_or_skip : session -> dev -> Rig_edge.part list -> string -> int
   val poll_word : dev -> ms:int -> (int -> bool) -> int
 
+  (** Seconds between two reads of a word that a probe watches. *)
+  val poll_interval : float
+
   type stopped = Stop_returned of float | Stop_raised of exn * float
 
   (** [stop s dev ~bound_ms] stops [dev] on a thread of its own, bounded;

@@ -126,7 +126,7 @@ let stop3_value_after_work (module P : Package) ~seed =
               let until = Float.max (now ()) (launched +. (float ms /. 1000.)) +. 0.6 in
               let late = ref None in
               while now () < until && !late = None do
-                if landed () then late := Some (now () -. seen_v) else Thread.delay 0.01
+                if landed () then late := Some (now () -. seen_v) else Thread.delay K.poll_interval
               done;
               match !late with
               | Some t ->
@@ -293,7 +293,7 @@ let stop6_no_late_write (module P : Package) ~seed =
             let bad = ref None in
             while now () < until && !bad = None do
               let w = P.D.signaled dev.d in
-              if w <> v then bad := Some (w, now () -. t0) else Thread.delay 0.01
+              if w <> v then bad := Some (w, now () -. t0) else Thread.delay K.poll_interval
             done;
             match !bad with
             | Some (w, t) ->
