@@ -33,6 +33,7 @@ SETS = [
     ("test_blind_q2", "BLINDQ2"),
     ("test_blind_l3", "BLINDL3"),
     ("test_blind_tm", "BLINDTM"),
+    ("test_blind_st6", "BLINDST6"),
 ]
 
 
