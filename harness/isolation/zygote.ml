@@ -53,14 +53,15 @@ let serve_if_asked ~run =
           let servable = match request with Some (_, _, env) -> same_start env ~zygote's && alone () | None -> false in
           let pid = if servable then (try fork fds with Unix.Unix_error _ -> -1) else -1 in
           if pid = 0 then begin
+            let cwd, args, env = Option.get request in
             (try
-               let cwd, args, env = Option.get request in
                set_environment env;
-               Sys.chdir cwd;
-               run args
+               Sys.chdir cwd
              with e ->
                prerr_endline ("rig-conform: a child the zygote made could not start: " ^ Printexc.to_string e);
                exit 125);
+            (* What escapes [run] ends the child as it ends an executed one. *)
+            run args;
             exit 0
           end
           else begin
@@ -97,11 +98,21 @@ let give_up pid sock =
   (try ignore (Unix.waitpid [] pid) with Unix.Unix_error _ -> ());
   state := Off
 
+(* The zygote answers at once; one that does not in a minute (stopped by a
+   signal a driver sent, so it made no child) is given up rather than
+   waited for. *)
+let reply_within = 60.
+
 let read_reply sock =
   let b = Bytes.create 8 in
+  let deadline = Unix.gettimeofday () +. reply_within in
   let rec fill k =
     if k = 8 then Some (Int64.to_int (Bytes.get_int64_le b 0))
     else
+      match Unix.select [ sock ] [] [] (Float.max 0. (deadline -. Unix.gettimeofday ())) with
+      | exception Unix.Unix_error (Unix.EINTR, _, _) -> fill k
+      | [], _, _ -> None
+      | _ ->
       match Unix.read sock b k (8 - k) with
       | 0 -> None
       | n -> fill (k + n)
