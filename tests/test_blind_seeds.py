@@ -34,6 +34,7 @@ SETS = [
     ("test_blind_l3", "BLINDL3"),
     ("test_blind_tm", "BLINDTM"),
     ("test_blind_st6", "BLINDST6"),
+    ("test_blind_st3", "BLINDST3"),
 ]
 
 
