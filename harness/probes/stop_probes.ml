@@ -118,8 +118,10 @@ let stop3_value_after_work (module P : Package) ~seed =
         let stopped_ms = (now () -. launched) *. 1000. in
         if (not on_the_spin) || stopped_ms >= float ms then `Premise_unmet (ms, on_the_spin, stopped_ms)
         else begin
-          (* A word that never reads v is probe.STOP-3.running's to judge. *)
-          if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) = v then begin
+          (* A word never seen to read v judges nothing here (a last value
+             never written is probe.STOP-3.running's): the probe tries again. *)
+          if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) <> v then `Unseen ms
+          else begin
             let landed () = String.contains (witness.K.wread ~off:0 ~len:n) (Char.chr b1) in
             let seen_v = now () in
             if not (landed ()) then begin
@@ -134,15 +136,18 @@ let stop3_value_after_work (module P : Package) ~seed =
                     "the word read the last value %d while work of the device still ran: %.0f ms later, a Fill submitted before stop (behind a %d-ms spin) wrote its bytes"
                     v (t *. 1000.) ms
               | None -> ()
-            end
-          end;
-          `Judged
+            end;
+            `Judged
+          end
         end
       in
       let rec tries k =
         match attempt () with
         | `Judged -> ()
-        | `Premise_unmet _ when k > 1 -> tries (k - 1)
+        | `Premise_unmet _ | `Unseen _ when k > 1 -> tries (k - 1)
+        | `Unseen ms ->
+            Case.report_unjudged
+              [ ("STOP-3", spf "in 3 tries the word was never seen to read the last value after stop, within %d ms of a %d-ms spin's launch" (ms + 3000) ms) ]
         | `Premise_unmet (ms, on_the_spin, stopped_ms) ->
             Case.report_unjudged
               [ ( "STOP-3",
@@ -285,8 +290,12 @@ let stop6_no_late_write (module P : Package) ~seed =
         ignore (K.stop s dev ~bound_ms:9000);
         let stopped_ms = (now () -. launched) *. 1000. in
         if (not on_the_spin) || stopped_ms >= float ms then `Premise_unmet (ms, on_the_spin, stopped_ms)
+        (* A word never seen to read v (a preempted read that came after a
+           late write over it, or a last value never written: STOP-3's)
+           judges nothing: the probe tries again. *)
+        else if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) <> v then `Unseen ms
         else begin
-          if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) = v then begin
+          begin
             (* until 0.6 s after the later of now and the spin's own end *)
             let until = Float.max (now ()) (launched +. (float ms /. 1000.)) +. 0.6 in
             let t0 = now () in
@@ -307,7 +316,10 @@ let stop6_no_late_write (module P : Package) ~seed =
       let rec tries k =
         match attempt () with
         | `Judged -> ()
-        | `Premise_unmet _ when k > 1 -> tries (k - 1)
+        | `Premise_unmet _ | `Unseen _ when k > 1 -> tries (k - 1)
+        | `Unseen ms ->
+            Case.report_unjudged
+              [ ("STOP-6", spf "in 3 tries the word was never seen to read the last value after stop, within %d ms of a %d-ms spin's launch" (ms + 3000) ms) ]
         | `Premise_unmet (ms, on_the_spin, stopped_ms) ->
             Case.report_unjudged
               [ ( "STOP-6",
