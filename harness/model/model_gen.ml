@@ -185,8 +185,17 @@ let follow_ups rng st { id; cmd } =
       | (0 | 1 | 2 | 3 | 4 | 5), _ -> [ (fun sub -> Wait { dev; sub }) ]
       | (6 | 7), Some (Launch l) ->
           (* stopped with its work running, and more given to submit after
-             it, so that the last value is not the running work's *)
-          [ (fun _ -> Submit { dev; parts = [ Launch { l with ms = 1 } ]; commit = false }); (fun _ -> Close { dev; drain = false }) ]
+             it, so that the last value is not the running work's. The
+             launch drawn may be over before stop comes, so a long one is
+             queued behind it (committed apart: a committing submit draws
+             follow-ups of its own), and stop comes once the drawn one has
+             ended: the long one is then running, whatever the machine's
+             load did to the worker's start *)
+          [ (fun _ -> Submit { dev; parts = [ Launch { l with ms = 30 + int 30 } ]; commit = false });
+            (fun _ -> Commit dev);
+            (fun _ -> Wait { dev; sub = id });
+            (fun _ -> Submit { dev; parts = [ Launch { l with ms = 1 } ]; commit = false });
+            (fun _ -> Close { dev; drain = false }) ]
       | _ -> [])
   | Entry { img; role = Fault_fn } when int 4 < 3 -> (
       match image_device st img with
