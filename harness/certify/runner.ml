@@ -321,6 +321,14 @@ let crowd_confirmations () = (!confirmed, !not_again)
    idle cores or not (for tests of what a crowded run's findings become). *)
 let always_crowd = Sys.getenv_opt "RIG_CONFORM_CROWD" = Some "always"
 
+(* A run that printed its end just as its limit came is given a moment
+   more to exit: judged at once, a loaded machine's slow exit would read as
+   an exit handler that hangs. *)
+let exit_grace = 1.
+
+let deadline_of r now =
+  if now > r.deadline && complete (Child_process.records r.child) then r.deadline +. exit_grace else r.deadline
+
 let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~parallel ~limit ~progress ~stop jobs =
   let results = Array.make (List.length jobs) None in
   (* The longest first: one started last would keep the others waiting. *)
@@ -432,7 +440,7 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
             | _ -> ()
       end;
       let now = Unix.gettimeofday () in
-      let nearest = List.fold_left (fun a r -> Float.min a (r.deadline -. now)) 0.05 !running in
+      let nearest = List.fold_left (fun a r -> Float.min a (deadline_of r now -. now)) 0.05 !running in
       wait_for_any !running (Float.max 0.001 nearest);
       let still = ref [] and ended_any = ref false in
       List.iter
@@ -443,7 +451,7 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
               let ended = Child_process.finish r.child in
               ended_any := true;
               settle r (collect r ended ~timed_out:false)
-          | None when Unix.gettimeofday () > r.deadline ->
+          | None when (let now = Unix.gettimeofday () in now > deadline_of r now) ->
               ignore (Child_process.finish r.child);
               ended_any := true;
               settle r (collect r None ~timed_out:true)
