@@ -78,9 +78,12 @@ let environment ~fd ~token_fd ~calls_fd =
   [ Printf.sprintf "%s=%d:%d" channel_var fd token_fd; Printf.sprintf "%s=%d" calls_var calls_fd ]
 
 let new_token () =
-  let ic = open_in_bin "/dev/urandom" in
-  let b = really_input_string ic 16 in
-  close_in ic;
+  (* a read of 16 bytes, not a buffered channel's 64 KiB: one per child *)
+  let fd = Unix.openfile "/dev/urandom" [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+  let b = Bytes.create 16 in
+  let n = Fun.protect ~finally:(fun () -> Unix.close fd) (fun () -> Unix.read fd b 0 16) in
+  if n <> 16 then failwith "Channel.new_token: short read of /dev/urandom";
+  let b = Bytes.to_string b in
   String.concat "" (List.map (fun c -> Printf.sprintf "%02x" (Char.code c)) (List.of_seq (String.to_seq b)))
 
 (* A line longer than this is no record of ours: dropped as it comes. *)

@@ -1,6 +1,5 @@
 (* Isolated children; see child_process.mli. *)
 
-external spawn_raw : string -> string array -> string array -> Unix.file_descr array -> int = "rig_iso_spawn"
 external poll : int -> int * int = "rig_iso_poll"
 external kill_group : int -> unit = "rig_iso_kill_group"
 external kill : int -> unit = "rig_iso_kill"
@@ -50,7 +49,7 @@ let spawn ?argv0 ~prog ~args () =
         try
           match Zygote.spawn ~argv0 ~prog ~args ~env ~fds with
           | Some pid -> pid
-          | None -> spawn_raw prog (Array.of_list (argv0 :: args)) env fds
+          | None -> Group_spawn.spawn prog (Array.of_list (argv0 :: args)) env fds
         with e -> Unix.close out_r; Unix.close chan_r; Unix.close calls; raise e)
   in
   Unix.set_nonblock out_r;

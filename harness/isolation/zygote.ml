@@ -1,6 +1,5 @@
 (* The zygote; see zygote.mli. *)
 
-external spawn_raw : string -> string array -> string array -> Unix.file_descr array -> int = "rig_iso_spawn"
 external send : Unix.file_descr -> string -> Unix.file_descr array -> bool = "rig_zyg_send"
 external receive : Unix.file_descr -> string * Unix.file_descr array = "rig_zyg_receive"
 external fork : Unix.file_descr array -> int = "rig_zyg_fork"
@@ -88,7 +87,7 @@ let start ~argv0 ~prog =
       let env = Array.append [| marker ^ "=3" |] (Unix.environment ()) in
       (* Its stdout and stderr are the certifier's stderr: it prints only
          why it could not make a child. *)
-      match spawn_raw prog [| argv0; "zygote" |] env [| Unix.stderr; Unix.stderr; theirs |] with
+      match Group_spawn.spawn prog [| argv0; "zygote" |] env [| Unix.stderr; Unix.stderr; theirs |] with
       | pid -> Unix.close theirs; Running { pid; sock = mine }
       | exception Unix.Unix_error _ -> Unix.close theirs; Unix.close mine; Off)
 
