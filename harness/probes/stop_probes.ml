@@ -84,78 +84,95 @@ let stop3_running (module P : Package) ~seed =
         K.flag s "%d ms after stop (work spinning %d ms), the word reads %d, not the last value %d given to submit"
           (ms + 3000) ms w v)
 
+(* The premise of the probes that judge what follows a stop called while
+   work runs: a spin of 300-400 ms runs when stop is called, one submission
+   goes before it (stop is called once the word shows it: the device is
+   then on the spin) and one behind it, and the word is then seen to read
+   the value of the one behind, the last. On a loaded machine the device
+   may not reach the spin in time, stop may return after the spin ended,
+   or the word's last value may pass unseen (a read preempted until a late
+   write over it; a last value never written is probe.STOP-3.running's):
+   such a try judges nothing, and the probe tries again, three times at
+   most, then reports its clause unjudged. *)
+module Stop_on_spin (P : Package) = struct
+  module K = Kit (P)
+
+  type spun = { last : int; ms : int; launched : float }
+  type unmet = [ `Premise_unmet of int * bool * float | `Unseen of int ]
+
+  let stop_on_spin s dev ~spin ~before ~behind : [ `Spun of spun | unmet ] =
+    let h = K.kit_entry s dev "spin" spin in
+    let ms = 300 + K.int s 100 in
+    let submit what parts = match K.submit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e)) in
+    let first = submit "the submission before the spin" before in
+    let launched = now () in
+    ignore (submit "a spin launch" [ Launch { entry = h; args = [ Int64.of_int ms ] } ]);
+    let last = submit "the submission behind the spin" behind in
+    let on_the_spin = K.poll_word dev ~ms:(ms / 2) (fun w -> w >= first) = first in
+    ignore (K.stop s dev ~bound_ms:9000);
+    let stopped_ms = (now () -. launched) *. 1000. in
+    if (not on_the_spin) || stopped_ms >= float ms then `Premise_unmet (ms, on_the_spin, stopped_ms)
+    else if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = last) <> last then `Unseen ms
+    else `Spun { last; ms; launched }
+
+  let tries ~clause (attempt : unit -> [ `Judged | unmet ]) =
+    let rec go k =
+      match attempt () with
+      | `Judged -> ()
+      | #unmet when k > 1 -> go (k - 1)
+      | `Unseen ms ->
+          Case.report_unjudged
+            [ (clause, spf "in 3 tries the word was never seen to read the last value after stop, within %d ms of a %d-ms spin's launch" (ms + 3000) ms) ]
+      | `Premise_unmet (ms, on_the_spin, stopped_ms) ->
+          Case.report_unjudged
+            [ ( clause,
+                if not on_the_spin then
+                  spf "in 3 tries the device had not passed the submission before a %d-ms spin within half its length: stop could not be called on the spin" ms
+                else spf "in 3 tries the %d-ms spin had ended when stop returned (%.0f ms after its launch)" ms stopped_ms ) ]
+    in
+    go 3
+end
+
 (* STOP-3, "only once no work of d runs": the last value must not come
    while work of d still runs, seen through that work's own memory effect.
-   A spin runs when stop is called (a fill goes before it, and stop waits
-   until the word shows that fill), and a fill of a witness region (read
-   through host memory or another device's mapping) is queued behind it.
-   A driver may drop the queued fill or run it before it writes the last
-   value; once the word reads that value, no byte of the fill may appear.
-   A try where stop could not be called on the spin judges nothing, and the
-   probe tries again (3 tries, then unjudged). *)
+   Stopped on a spin (Stop_on_spin), behind which a fill of a witness
+   region (read through host memory or another device's mapping) is
+   queued. A driver may drop the queued fill or run it before it writes the
+   last value; once the word reads that value, no byte of the fill may
+   appear. *)
 let stop3_value_after_work (module P : Package) ~seed =
-  let module K = Kit (P) in
+  let module S = Stop_on_spin (P) in
+  let module K = S.K in
   K.run ~clause:"STOP-3" ~seed (fun s ->
       let spin = K.need_item "spin" P.kit.spin in
-      let attempt () =
-        let n = word * (1 + K.int s 256) in
-        let dev, witness = K.witness_device s n in
-        let b0 = K.byte s in
-        witness.K.wwrite ~off:0 (String.make n (Char.chr b0));
-        let b1 = K.other_byte s b0 in
-        let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
-        let h = K.kit_entry s dev "spin" spin in
-        let ms = 300 + K.int s 100 in
-        let submit what parts =
-          match K.submit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e))
-        in
-        let before = submit "a Fill before the spin" [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] in
-        let launched = now () in
-        ignore (submit "a spin launch" [ Launch { entry = h; args = [ Int64.of_int ms ] } ]);
-        let v = submit "a Fill of the witness behind the spin" [ K.fill_part witness.K.wreg ~off:0 ~len:n ~byte:b1 ] in
-        let on_the_spin = K.poll_word dev ~ms:(ms / 2) (fun w -> w >= before) = before in
-        ignore (K.stop s dev ~bound_ms:9000);
-        let stopped_ms = (now () -. launched) *. 1000. in
-        if (not on_the_spin) || stopped_ms >= float ms then `Premise_unmet (ms, on_the_spin, stopped_ms)
-        else begin
-          (* A word never seen to read v judges nothing here (a last value
-             never written is probe.STOP-3.running's): the probe tries again. *)
-          if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) <> v then `Unseen ms
-          else begin
-            let landed () = String.contains (witness.K.wread ~off:0 ~len:n) (Char.chr b1) in
-            let seen_v = now () in
-            if not (landed ()) then begin
-              let until = Float.max (now ()) (launched +. (float ms /. 1000.)) +. 0.6 in
-              let late = ref None in
-              while now () < until && !late = None do
-                if landed () then late := Some (now () -. seen_v) else Thread.delay K.poll_interval
-              done;
-              match !late with
-              | Some t ->
-                  K.flag s
-                    "the word read the last value %d while work of the device still ran: %.0f ms later, a Fill submitted before stop (behind a %d-ms spin) wrote its bytes"
-                    v (t *. 1000.) ms
-              | None -> ()
-            end;
-            `Judged
-          end
-        end
-      in
-      let rec tries k =
-        match attempt () with
-        | `Judged -> ()
-        | `Premise_unmet _ | `Unseen _ when k > 1 -> tries (k - 1)
-        | `Unseen ms ->
-            Case.report_unjudged
-              [ ("STOP-3", spf "in 3 tries the word was never seen to read the last value after stop, within %d ms of a %d-ms spin's launch" (ms + 3000) ms) ]
-        | `Premise_unmet (ms, on_the_spin, stopped_ms) ->
-            Case.report_unjudged
-              [ ( "STOP-3",
-                  if not on_the_spin then
-                    spf "in 3 tries the device had not passed the fill before a %d-ms spin within half its length: stop could not be called on running work" ms
-                  else spf "in 3 tries the %d-ms spin had ended when stop returned (%.0f ms after its launch)" ms stopped_ms ) ]
-      in
-      tries 3)
+      S.tries ~clause:"STOP-3" (fun () ->
+          let n = word * (1 + K.int s 256) in
+          let dev, witness = K.witness_device s n in
+          let b0 = K.byte s in
+          witness.K.wwrite ~off:0 (String.make n (Char.chr b0));
+          let b1 = K.other_byte s b0 in
+          let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+          let before = [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] in
+          let behind = [ K.fill_part witness.K.wreg ~off:0 ~len:n ~byte:b1 ] in
+          match S.stop_on_spin s dev ~spin ~before ~behind with
+          | #S.unmet as u -> u
+          | `Spun { last = v; ms; launched } ->
+              let landed () = String.contains (witness.K.wread ~off:0 ~len:n) (Char.chr b1) in
+              let seen_v = now () in
+              if not (landed ()) then begin
+                let until = Float.max (now ()) (launched +. (float ms /. 1000.)) +. 0.6 in
+                let late = ref None in
+                while now () < until && !late = None do
+                  if landed () then late := Some (now () -. seen_v) else Thread.delay K.poll_interval
+                done;
+                match !late with
+                | Some t ->
+                    K.flag s
+                      "the word read the last value %d while work of the device still ran: %.0f ms later, a Fill submitted before stop (behind a %d-ms spin) wrote its bytes"
+                      v (t *. 1000.) ms
+                | None -> ()
+              end;
+              `Judged))
 
 (* STOP-3, "also when that submit failed": with no work running, a submit
    fails, and stop must still write its value.  Only a driver whose
@@ -258,77 +275,36 @@ let stop5_keeps (module P : Package) ~seed =
             K.flag s "after %s's stop, its region read through %s's mapping no longer holds its bytes" a.oname mp.dev.oname)
 
 (* STOP-6: once the word shows the last value and stop returned, the word
-   stays.  Its premise: a spin runs when stop is called and still runs when
-   it returns, so that a driver whose spin writes the word at its end
-   writes it after stop.  A fill goes before the spin, and stop waits until
-   the word shows it: the device is then past it, on the spin.  On a loaded
-   machine the device may not get there in time, or stop may return after
-   the spin ended (its late write then lands before stop's own): such a try
-   judges nothing, and the probe tries again, three times at most. *)
+   stays. Stopped on a spin (Stop_on_spin) that still runs when stop
+   returns, so that a driver whose spin writes the word at its end writes
+   it after stop; fills go before and behind the spin. *)
 let stop6_no_late_write (module P : Package) ~seed =
-  let module K = Kit (P) in
+  let module S = Stop_on_spin (P) in
+  let module K = S.K in
   K.run ~clause:"STOP-6" ~seed (fun s ->
       let spin = K.need_item "spin" P.kit.spin in
-      let attempt () =
-        let dev = K.open_first s in
-        let n = word * (1 + K.int s 256) in
-        let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
-        let h = K.kit_entry s dev "spin" spin in
-        let ms = 300 + K.int s 100 in
-        let fill () =
-          match K.submit dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] with
-          | Ok v -> v
-          | Error e -> raise (Skip (spf "setup: a Fill beside the spin: %s" e))
-        in
-        let before = fill () in
-        let launched = now () in
-        (match K.submit dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] with
-        | Ok _ -> ()
-        | Error e -> raise (Skip (spf "setup: a spin launch: %s" e)));
-        let v = fill () in
-        let on_the_spin = K.poll_word dev ~ms:(ms / 2) (fun w -> w >= before) = before in
-        ignore (K.stop s dev ~bound_ms:9000);
-        let stopped_ms = (now () -. launched) *. 1000. in
-        if (not on_the_spin) || stopped_ms >= float ms then `Premise_unmet (ms, on_the_spin, stopped_ms)
-        (* A word never seen to read v (a preempted read that came after a
-           late write over it, or a last value never written: STOP-3's)
-           judges nothing: the probe tries again. *)
-        else if K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v) <> v then `Unseen ms
-        else begin
-          begin
-            (* until 0.6 s after the later of now and the spin's own end *)
-            let until = Float.max (now ()) (launched +. (float ms /. 1000.)) +. 0.6 in
-            let t0 = now () in
-            let bad = ref None in
-            while now () < until && !bad = None do
-              let w = P.D.signaled dev.d in
-              if w <> v then bad := Some (w, now () -. t0) else Thread.delay K.poll_interval
-            done;
-            match !bad with
-            | Some (w, t) ->
-                K.flag s "the word showed the last value %d after stop returned, then %.0f ms later read %d" v
-                  (t *. 1000.) w
-            | None -> ()
-          end;
-          `Judged
-        end
-      in
-      let rec tries k =
-        match attempt () with
-        | `Judged -> ()
-        | `Premise_unmet _ | `Unseen _ when k > 1 -> tries (k - 1)
-        | `Unseen ms ->
-            Case.report_unjudged
-              [ ("STOP-6", spf "in 3 tries the word was never seen to read the last value after stop, within %d ms of a %d-ms spin's launch" (ms + 3000) ms) ]
-        | `Premise_unmet (ms, on_the_spin, stopped_ms) ->
-            Case.report_unjudged
-              [ ( "STOP-6",
-                  if not on_the_spin then
-                    spf "in 3 tries the device had not passed the fill before a %d-ms spin within half its length: stop could not be called on the spin" ms
-                  else
-                    spf "in 3 tries the %d-ms spin had ended when stop returned (%.0f ms after its launch): no write could come after it" ms stopped_ms ) ]
-      in
-      tries 3)
+      S.tries ~clause:"STOP-6" (fun () ->
+          let dev = K.open_first s in
+          let n = word * (1 + K.int s 256) in
+          let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+          let fill () = [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] in
+          let before = fill () in
+          match S.stop_on_spin s dev ~spin ~before ~behind:(fill ()) with
+          | #S.unmet as u -> u
+          | `Spun { last = v; ms; launched } ->
+              (* until 0.6 s after the later of now and the spin's own end *)
+              let until = Float.max (now ()) (launched +. (float ms /. 1000.)) +. 0.6 in
+              let t0 = now () in
+              let bad = ref None in
+              while now () < until && !bad = None do
+                let w = P.D.signaled dev.d in
+                if w <> v then bad := Some (w, now () -. t0) else Thread.delay K.poll_interval
+              done;
+              (match !bad with
+              | Some (w, t) ->
+                  K.flag s "the word showed the last value %d after stop returned, then %.0f ms later read %d" v (t *. 1000.) w
+              | None -> ());
+              `Judged))
 
 (* STOP-8: free and unload after stop touch nothing of a new device of the
    same hardware. *)
