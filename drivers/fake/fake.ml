@@ -259,12 +259,14 @@ module D = struct
   let key = "rig-fake"
   let facts t = t.facts
   let locate t r =
+    ignore (injected "locate");
     if t.mut = m_locate_waits then P.wait Thread.yield;
     r.place
 
   (* From what the devices learned at open only (MEM-4). *)
   let peer d d' =
-    d.id <> d'.id
+    (not (injected "peer"))
+    && d.id <> d'.id
     && not (d.mut = m_peer_live && (c_dead d.dev || c_dead d'.dev))
     (* a peer table of two rows per name, filled at open *)
     && not (d.mut = m_peer_two_opens && (d.nth_open > 2 || d'.nth_open > 2))

@@ -65,7 +65,8 @@ val set_mutant : string option -> unit
 (** [inject ~fn ~nth what]: the [nth] call (from 1, counted across the
     process from now) of the driver function [fn] ("alloc", "free",
     "map_peer", "map_host", "dma", "image", "entry", "prepare", "grow",
-    "signaled", "sleep", "unload", "reach", "room", "submit", "commit")
+    "signaled", "sleep", "unload", "reach", "room", "submit", "commit",
+    "peer", "locate")
     answers [what] instead of running: [`Fault why] raises [D.Fault why],
     [`Raise e] raises [e], [`Fail] raises Failure, and [`Answer] answers the
     failure the document allows as an answer: None from alloc, Error from

@@ -291,7 +291,10 @@ module Make (D : Rig_edge.Driver) = struct
     !refuse_dma b;
     counted b.dev "dma" (fun () -> D.dma b.dev.d b.b ~fn)
 
-  let place b = D.locate b.dev.d b.b
+  (* No exception from locate loses anything (EXC-3). *)
+  let locate_conforming b = D.locate b.dev.d b.b
+  let locate = step locate_conforming
+  let place b = !locate b
 
   let reach b access =
     match (place b).reach with
@@ -499,6 +502,20 @@ module Make (D : Rig_edge.Driver) = struct
       ignore (D.peer a.d a.d);
       peers_conforming a b
 
+    (* lose-on-peer-exn (EXC-3): an exception from peer loses the device that asked. *)
+    let peers_losing a b =
+      try peers_conforming a b
+      with e ->
+        lose a ("peer: " ^ Printexc.to_string e);
+        raise e
+
+    (* lose-on-locate-exn (EXC-3): an exception from locate loses the region's device. *)
+    let locate_losing b =
+      try locate_conforming b
+      with e ->
+        lose b.dev ("locate: " ^ Printexc.to_string e);
+        raise e
+
     (* map-host-anyway (MEM-6), dma-any-region (GUAR-4): no refusal. *)
     let refuses_nothing _ = ()
 
@@ -539,6 +556,8 @@ module Make (D : Rig_edge.Driver) = struct
         ("unmasked-call", fun () -> call_alloc := alloc_unmasked);
         ("no-pinned-fallback", fun () -> fallback := device_fallback);
         ("peer-self", fun () -> peers := peers_self);
+        ("lose-on-peer-exn", fun () -> peers := peers_losing);
+        ("lose-on-locate-exn", fun () -> locate := locate_losing);
         ("map-host-anyway", fun () -> refuse_map_host := refuses_nothing);
         ("dma-any-region", fun () -> refuse_dma := refuses_nothing);
         ("three-asks", fun () -> entry_asks := asks - 1);

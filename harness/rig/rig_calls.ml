@@ -186,6 +186,9 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     (* lose-on-sleep-exn (EXC-3): an exception other than Fault from sleep loses it. *)
     let loses_sleep fn e = fn = "sleep" || loses_conforming fn e
 
+    (* lose-on-signaled-exn (EXC-3): an exception other than Fault from signaled loses it. *)
+    let loses_signaled fn e = fn = "signaled" || loses_conforming fn e
+
     (* loss-without-text (EXC-1): the loss names the function, not the exception. *)
     let function_only fn (_ : exn) = fn ^ " raised"
 
@@ -236,6 +239,7 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
         ("lose-on-entry-invalid", fun () -> loses := loses_entry_invalid);
         ("lose-on-prepare-exn", fun () -> loses := loses_prepare);
         ("lose-on-sleep-exn", fun () -> loses := loses_sleep);
+        ("lose-on-signaled-exn", fun () -> loses := loses_signaled);
         ("grow-exception-kept", fun () -> loses := grow_kept);
         ("loss-without-text", fun () -> loss_text := function_only);
         ("ignore-fault", fun () -> faulted := fault_kept);

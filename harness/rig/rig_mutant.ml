@@ -16,6 +16,9 @@ let all =
     ("map-peer-own", "GUAR-3", "asks map_peer of a buffer on its own device instead of refusing it");
     ("lose-on-entry-invalid", "EXC-2", "an Invalid_argument from entry loses the device");
     ("lose-on-prepare-exn", "EXC-3", "an exception other than Fault from prepare loses the device");
+    ("lose-on-signaled-exn", "EXC-3", "an exception other than Fault from signaled loses the device");
+    ("lose-on-peer-exn", "EXC-3", "an exception from peer loses the device that asked");
+    ("lose-on-locate-exn", "EXC-3", "an exception from locate loses the region's device");
     ("double-free", "GUAR-1", "close frees again the regions the program freed");
     ("free-before-mapping", "GUAR-2", "frees a region while a map_peer region over it lives");
     ("peer-self", "GUAR-3", "asks peer of a device with itself before mapping");

@@ -262,6 +262,37 @@ module Flows (P : Rig_edge.Package) = struct
     still_usable acc "EXC-3" dev "a Not_found from sleep";
     close dev
 
+  (* No exception from peer or locate loses anything, nor one other than
+     Fault from signaled: EXC-3.  Each raises once, on devices of its own,
+     where rig calls it: signaled as rig waits, locate as the program
+     writes a buffer, peer as rig checks a map_peer.  A part whose
+     injection never fired judges nothing. *)
+  let query_exceptions ~seed acc =
+    let st = rng seed in
+    let raises fn dev what ~where =
+      Fake.inject ~fn ~nth:1 (`Raise Not_found);
+      match what () with
+      | () ->
+          Fake.clear_injections ();
+          Case.report_unjudged [ ("EXC-3", Printf.sprintf "%s raised nothing where %s" fn where) ]
+      | exception Not_found -> List.iter (fun d -> still_usable acc "EXC-3" d ("a Not_found from " ^ fn)) dev
+    in
+    let dev = open_ 0 in
+    let _, h = entry_of dev (spin ()) in
+    let v = R.submit dev [ R.Launch (h, [ R.Int 20 ]) ] in
+    raises "signaled" [ dev ] (fun () -> R.wait dev v) ~where:"rig waited for work";
+    close dev;
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Mapped (small_size st) in
+    raises "locate" [ dev ] (fun () -> R.write b 0 "rig!") ~where:"the program wrote a buffer";
+    close dev;
+    let a = open_ 0 in
+    let b = (try open_ 1 with Exit -> raise (Needs "a second device")) in
+    let r = R.alloc b Rig_edge.Device (small_size st) in
+    raises "peer" [ a; b ] (fun () -> R.free (R.map_peer a r)) ~where:"rig checked a map_peer";
+    close a;
+    close b
+
   (* An Invalid_argument from entry loses nothing: EXC-2. *)
   let entry_invalid ~seed:_ acc =
     let dev = open_ 0 in
@@ -520,6 +551,7 @@ let flows =
     flow "rig.sleep-exception" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.sleep_exception);
     flow "rig.entry-invalid" [ "EXC-2" ] Any_driver (fun (module X) -> X.F.entry_invalid);
     flow "rig.prepare-exception" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.prepare_exception);
+    flow "rig.query-exceptions" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.query_exceptions);
     flow "rig.free-once" [ "GUAR-1"; "GUAR-5" ] Any_driver (fun (module X) -> X.F.free_once);
     flow "rig.peer-mapping" [ "GUAR-2"; "GUAR-3"; "GUAR-4" ] Any_driver (fun (module X) -> X.F.peer_mapping);
     flow "rig.pinned-fallback" [ "GUAR-6" ] Fake_knobs (fun (module X) -> X.F.pinned_fallback);
