@@ -627,6 +627,9 @@ let set_mutant m =
       | Some (_, _, _, code) -> Atomic.set mutant code
       | None -> invalid_arg ("Fake.set_mutant: no mutant " ^ n))
 
+let pending_injections () =
+  List.filter_map (fun i -> if Atomic.get i.left > 0 then Some i.fn else None) (Atomic.get injections)
+
 let clear_injections () =
   P.check_unheld "clear_injections";
   Atomic.set injections [];

@@ -79,6 +79,10 @@ val set_mutant : string option -> unit
     [`Answer] for a function without such an answer. *)
 val inject : fn:string -> nth:int -> [ `Fault of string | `Raise of exn | `Fail | `Answer ] -> unit
 
+(** [pending_injections ()]: the functions, among those injected on the
+    OCaml side (not submit, commit or room), whose injection has not fired. *)
+val pending_injections : unit -> string list
+
 (** [clear_injections ()] drops every injection not yet fired. *)
 val clear_injections : unit -> unit
 

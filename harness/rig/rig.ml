@@ -51,7 +51,7 @@ module Make (D : Rig_edge.Driver) = struct
   (* The word goes last: once no buffer of the stopped device is left, and
      is not read after (TIME-2). *)
   let free_own_word_conforming dev =
-    Option.iter (fun w -> ignore (dropping_faults (fun () -> D.free dev.d w))) dev.facts.own_word
+    Option.iter (fun w -> ignore (!dropping_faults (fun () -> D.free dev.d w))) dev.facts.own_word
 
   let free_own_word = step free_own_word_conforming
 
@@ -74,7 +74,7 @@ module Make (D : Rig_edge.Driver) = struct
     let dev = b.dev in
     let call () = D.free dev.d b.b in
     let outcome =
-      if dev.stopped then (match dropping_faults call with Some () -> Ok () | None -> Error None)
+      if dev.stopped then (if !dropping_faults call then Ok () else Error None)
       else
         match counted dev "free" call with
         | () -> Ok ()
@@ -188,7 +188,7 @@ module Make (D : Rig_edge.Driver) = struct
           (fun im ->
             if !loaded im then begin
               im.unloaded <- true;
-              ignore (dropping_faults (fun () -> D.unload im.i))
+              ignore (!dropping_faults (fun () -> D.unload im.i))
             end)
           dev.images;
         if dev.buffers = [] then free_word dev

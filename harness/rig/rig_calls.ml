@@ -111,8 +111,9 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
 
   let uncounted_masked f = P.masked f
 
-  (* After stop, and for reclamation on a stopped device: uncounted, faults dropped. *)
-  let dropping_faults f = try Some (P.masked f) with _ -> None
+  (* After stop: uncounted, faults dropped (STOP-7). *)
+  let dropping_faults_conforming f = match P.masked f with () -> true | exception _ -> false
+  let dropping_faults = step dropping_faults_conforming
 
   (* rig lets go of what the submissions up to [upto] keep alive (CNT-5). *)
   let let_go_conforming dev ~upto = dev.kept <- List.filter (fun (v, _) -> v > upto) dev.kept
@@ -126,9 +127,12 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
           !let_go dev ~upto:w
         end)
 
+  (* After stop, signaled's faults are dropped (TIME-2). *)
+  let signaled_after_stop = step (fun dev -> try D.signaled dev.d with _ -> dev.observed)
+
   let signaled dev =
     let w =
-      if dev.stopped then (try D.signaled dev.d with _ -> dev.observed)
+      if dev.stopped then !signaled_after_stop dev
       else counted ~mask:false dev "signaled" (fun () -> D.signaled dev.d)
     in
     note_word dev w;
@@ -211,6 +215,12 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
             dev.stopped <- true;
             dev.released <- true)
 
+    (* after-stop-faults-raised (STOP-7): a free or unload after stop raises what it raised. *)
+    let faults_raised f = P.masked f; true
+
+    (* signaled-fault-after-stop (TIME-2): signaled's exceptions after stop escape. *)
+    let signaled_raising dev = D.signaled dev.d
+
     (* uncounted-c-calls (CNT-3): the C functions are never counted. *)
     let c_calls_uncounted (_ : device) = false
 
@@ -240,6 +250,8 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
         ("lose-on-prepare-exn", fun () -> loses := loses_prepare);
         ("lose-on-sleep-exn", fun () -> loses := loses_sleep);
         ("lose-on-signaled-exn", fun () -> loses := loses_signaled);
+        ("after-stop-faults-raised", fun () -> dropping_faults := faults_raised);
+        ("signaled-fault-after-stop", fun () -> signaled_after_stop := signaled_raising);
         ("grow-exception-kept", fun () -> loses := grow_kept);
         ("loss-without-text", fun () -> loss_text := function_only);
         ("ignore-fault", fun () -> faulted := fault_kept);

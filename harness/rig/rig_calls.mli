@@ -46,8 +46,9 @@ module Make (D : Rig_edge.Driver) (L : Losses) : sig
 
   val uncounted_masked : (unit -> 'a) -> 'a
 
-  (** Masked and uncounted, any exception dropped: after stop. *)
-  val dropping_faults : (unit -> 'a) -> 'a option
+  (** [!dropping_faults f]: [f] masked and uncounted, any exception
+      dropped (false): free and unload after stop (STOP-7). *)
+  val dropping_faults : ((unit -> unit) -> bool) ref
 
   (** [!let_go d ~upto]: rig lets go of the values the submissions up to
       [upto] keep alive (CNT-5). *)

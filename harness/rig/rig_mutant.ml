@@ -32,6 +32,8 @@ let all =
     ("map-host-anyway", "MEM-6", "asks map_host of a device that does not declare maps_host");
     ("stop-no-fault", "STOP-1", "calls stop with fault None after a Fault");
     ("free-before-word", "STOP-7", "frees after stop without waiting for the word to read the last value");
+    ("after-stop-faults-raised", "STOP-7", "a Fault from a free or unload after stop escapes close, and what is left is not given back");
+    ("signaled-fault-after-stop", "TIME-2", "a Fault from signaled after stop escapes close");
     ("signaled-after-word-freed", "TIME-2", "reads signaled once more after freeing the word");
     ("three-asks", "CODE-4", "after No_memory from entry, runs one round too few");
     ("grow-again", "QUEUE-4", "after a Short, asks grow again without asking room");

@@ -293,6 +293,41 @@ module Flows (P : Rig_edge.Package) = struct
     close a;
     close b
 
+  (* After stop, rig drops the faults of signaled (TIME-2), free and unload
+     (STOP-7): close returns, having given everything back.  Each of the
+     three raises a Fault once, all after stop (no call of them comes
+     between the injections and close); one that never fired judges
+     nothing of its clause. *)
+  let faults_after_stop ~seed acc =
+    let st = rng seed in
+    let dev = open_ 0 in
+    let im, h = entry_of dev (spin ()) in
+    ignore im;
+    let _buffers = List.init 2 (fun _ -> R.alloc dev Rig_edge.Device (small_size st)) in
+    ignore (R.submit dev [ R.Launch (h, [ R.Int 20 ]) ]);
+    let clause_of = [ ("signaled", "TIME-2"); ("free", "STOP-7"); ("unload", "STOP-7") ] in
+    List.iter (fun (fn, _) -> Fake.inject ~fn ~nth:1 (`Fault (fn ^ " after stop, injected"))) clause_of;
+    (match close dev with
+    | () -> ()
+    | exception e ->
+        let text = Printexc.to_string e in
+        List.iter
+          (fun (fn, clause) ->
+            if Substring.contains ~sub:(fn ^ " after stop") text then
+              acc := finding clause "close raised %s: the Fault %s raised after stop was not dropped" text fn :: !acc)
+          clause_of);
+    let pending = Fake.pending_injections () in
+    Fake.clear_injections ();
+    (* a close that raised skips what came after: that clause is judged *)
+    let flagged = List.map (fun (f : Case.finding) -> f.clause) !acc in
+    let unjudged =
+      List.filter_map
+        (fun (fn, clause) ->
+          if List.mem fn pending && not (List.mem clause flagged) then Some (clause, fn ^ " was not called after stop") else None)
+        clause_of
+    in
+    if unjudged <> [] then Case.report_unjudged unjudged
+
   (* An Invalid_argument from entry loses nothing: EXC-2. *)
   let entry_invalid ~seed:_ acc =
     let dev = open_ 0 in
@@ -552,6 +587,7 @@ let flows =
     flow "rig.entry-invalid" [ "EXC-2" ] Any_driver (fun (module X) -> X.F.entry_invalid);
     flow "rig.prepare-exception" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.prepare_exception);
     flow "rig.query-exceptions" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.query_exceptions);
+    flow "rig.faults-after-stop" [ "STOP-7"; "TIME-2" ] Fake_knobs (fun (module X) -> X.F.faults_after_stop);
     flow "rig.free-once" [ "GUAR-1"; "GUAR-5" ] Any_driver (fun (module X) -> X.F.free_once);
     flow "rig.peer-mapping" [ "GUAR-2"; "GUAR-3"; "GUAR-4" ] Any_driver (fun (module X) -> X.F.peer_mapping);
     flow "rig.pinned-fallback" [ "GUAR-6" ] Fake_knobs (fun (module X) -> X.F.pinned_fallback);
