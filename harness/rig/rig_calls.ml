@@ -221,6 +221,15 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     (* signaled-fault-after-stop (TIME-2): signaled's exceptions after stop escape. *)
     let signaled_raising dev = D.signaled dev.d
 
+    (* stop-no-fault-after-hang (STOP-1): the hang bound loses the device without a fault. *)
+    let unfaulted_hang dev ~w ~stalled =
+      if stalled >= float !hang_ms then begin
+        let why = Printf.sprintf "hang: the word stood at %d for %d ms" w !hang_ms in
+        lose dev why;
+        raise (Device_lost why)
+      end;
+      still_for_conforming dev ~w ~stalled
+
     (* uncounted-c-calls (CNT-3): the C functions are never counted. *)
     let c_calls_uncounted (_ : device) = false
 
@@ -251,6 +260,7 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
         ("lose-on-sleep-exn", fun () -> loses := loses_sleep);
         ("lose-on-signaled-exn", fun () -> loses := loses_signaled);
         ("after-stop-faults-raised", fun () -> dropping_faults := faults_raised);
+        ("stop-no-fault-after-hang", fun () -> still_for := unfaulted_hang);
         ("signaled-fault-after-stop", fun () -> signaled_after_stop := signaled_raising);
         ("grow-exception-kept", fun () -> loses := grow_kept);
         ("loss-without-text", fun () -> loss_text := function_only);

@@ -398,7 +398,7 @@ module Flows (P : Rig_edge.Package) = struct
     let v = R.submit dev [ R.Launch (h, []) ] in
     (match R.wait dev v with
     | () -> acc := finding "GUAR-7" "wait on hung work returned normally" :: !acc
-    | exception Rig.Device_lost _ -> ()
+    | exception Rig.Device_lost _ -> V.lost_for_hang (R.name dev)
     | exception Validate.Abandoned _ -> ());
     close dev
 

@@ -32,6 +32,7 @@ module Make (D : Rig_edge.Driver) = struct
     mutable loss : (string * string * event) option;  (* clause, why, the event *)
     mutable faulted : event option;                   (* a Fault from a counted call *)
     mutable faulted_at_close : bool;  (* a Fault that came during a close or open of its name *)
+    mutable lost_for_hang : bool;     (* the program saw a wait on hung work end in Device_lost *)
     mutable in_flight : (int * string * event) list;  (* thread, fn, start event *)
     mutable last_submitted : int option;
     mutable observed : int;                           (* the highest word signaled answered *)
@@ -277,7 +278,7 @@ module Make (D : Rig_edge.Driver) = struct
           Hashtbl.replace opens o.name n;
           let dev =
             { id = Printf.sprintf "%s#%d" o.name n; name = o.name; d; facts; stops = 0;
-              stopped = false; loss = None; faulted = None; faulted_at_close = false; in_flight = []; last_submitted = None;
+              stopped = false; loss = None; faulted = None; faulted_at_close = false; lost_for_hang = false; in_flight = []; last_submitted = None;
               observed = 0; pending = []; word = None; word_freed = false; stall = None;
               stalled_ms = 0. }
           in
@@ -301,6 +302,9 @@ module Make (D : Rig_edge.Driver) = struct
     Fun.protect ~finally:(fun () -> locked (fun () -> acts := List.filter (( != ) me) !acts)) f
 
   let set_hang_ms ms = locked (fun () -> hang_ms := ms)
+
+  let lost_for_hang name =
+    locked (fun () -> List.iter (fun dev -> if dev.name = name && not dev.stopped then dev.lost_for_hang <- true) !devices)
 
   let await_in_flight ?(unless = fun () -> false) fn =
     locked (fun () ->
@@ -605,6 +609,8 @@ module Make (D : Rig_edge.Driver) = struct
       if not inside then violate "STOP-1" [ e ] "stop of %s outside a close or an open of its name" dev.id;
       (match (dev.faulted, fault) with
       | Some f, None -> violate "STOP-1" [ f; e ] "stop of %s with fault None after a Fault of a counted call" dev.id
+      | None, None when dev.lost_for_hang ->
+          violate "STOP-1" [ e ] "stop of %s with fault None, after rig lost it for its hang bound (a wait on hung work raised Device_lost)" dev.id
       | None, Some why when dev.stalled_ms < float !hang_ms /. 2. && not dev.faulted_at_close ->
           violate "STOP-1" [ e ] "stop of %s with fault Some %S, but it neither faulted nor hung" dev.id why
       | _ -> ());

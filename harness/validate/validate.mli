@@ -49,6 +49,11 @@ module Make (D : Rig_edge.Driver) : sig
   (** [set_hang_ms ms]: the rig's hang bound, for GUAR-7 and STOP-1. *)
   val set_hang_ms : int -> unit
 
+  (** [lost_for_hang name]: the program saw a wait on the open device of
+      [name], whose only work hangs, end in Device_lost: rig lost it for
+      its hang bound (or a Fault), so its stop must carry Some (STOP-1). *)
+  val lost_for_hang : string -> unit
+
   (** [await_in_flight ~unless fn] blocks until some thread is inside a
       call of [fn] (a driver function name), or [unless ()] holds once
       {!poke} or a call wakes it: lets a scenario act at that moment. *)
