@@ -112,6 +112,7 @@ struct fake_dev {
   int committing;         /* commits in flight (sleep-awaits-commit mutant) */
   int sleeping;           /* sleeps in flight (submit-awaits-sleep mutant) */
   int worker_writes_last;
+  int running_fill; /* a large Fill runs, the lock given back between its chunks */
   uint64_t last_value;
   unsigned long allocs;      /* alloc-overlap mutant */
   struct fake_mem *last_mem; /* alloc-overlap and freed-reused-twice mutants */
@@ -867,10 +868,18 @@ void fake_unload(struct fake_image *im) {
 /* ------------------------------------------------------------- the work */
 
 /* Whether the running part should give up: stop aborts it, except under
- * late-word-write and stop-early-value, whose spins run to their end. */
-static int abort_spin(const struct fake_dev *d) {
-  return d->stopping && !mutant(d, FAKE_M_LATE_WORD_WRITE) && !mutant(d, FAKE_M_STOP_EARLY_VALUE);
+ * stop-early-value and stop-value-mid-part, whose parts run to their end,
+ * and late-word-write, whose spins do (its large Fills are cut short, and
+ * their last value waits for that: a late word, not an early one). */
+static int abort_part(const struct fake_dev *d) {
+  if (!d->stopping || mutant(d, FAKE_M_STOP_EARLY_VALUE) || mutant(d, FAKE_M_STOP_VALUE_MID_PART)) return 0;
+  return d->running_fill || !mutant(d, FAKE_M_LATE_WORD_WRITE);
 }
+
+/* A Fill larger than this runs in chunks of it, the lock given back around
+ * each, so that stop can come while it runs and cut it short (STOP-2, and
+ * STOP-3: the last value only once it runs no more). */
+#define FAKE_FILL_CHUNK ((uint64_t)1 << 20)
 
 static void do_fill(struct fake_dev *d, uint64_t h, uint64_t off, uint64_t len, uint64_t byte) {
   struct fake_region *r = table_find(d, h);
@@ -879,8 +888,23 @@ static void do_fill(struct fake_dev *d, uint64_t h, uint64_t off, uint64_t len, 
   else if (!in_bounds(r->size, off, len))
     set_fault(d, "fill out of bounds: %llu bytes at %llu of a %zu-byte region",
               (unsigned long long)len, (unsigned long long)off, r->size);
-  else
+  else if (len <= FAKE_FILL_CHUNK)
     memset(r->mem->bytes + off, (int)(byte & 0xff), len);
+  else {
+    /* the memory, not the region, is held: a free meanwhile (rig's error,
+     * MEM-3) then leaks nothing and touches no freed byte */
+    struct fake_mem *m = mem_ref(r->mem);
+    d->running_fill = 1;
+    for (uint64_t done = 0; done < len && !abort_part(d);) {
+      uint64_t n = len - done < FAKE_FILL_CHUNK ? len - done : FAKE_FILL_CHUNK;
+      dev_unlock(d);
+      memset(m->bytes + off + done, (int)(byte & 0xff), n);
+      dev_lock(d);
+      done += n;
+    }
+    d->running_fill = abort_part(d); /* cut short: the worker's abort_part must say so too */
+    mem_unref(m);
+  }
 }
 
 static void do_copy(struct fake_dev *d, const uint64_t *a) {
@@ -905,7 +929,7 @@ static void do_launch(struct fake_dev *d, const uint64_t *a) {
     break;
   case FAKE_SPIN:
     t = deadline_in((int64_t)(a[1] > INT32_MAX ? INT32_MAX : a[1]));
-    while (!passed(&t) && !abort_spin(d)) wait_until(d, &t);
+    while (!passed(&t) && !abort_part(d)) wait_until(d, &t);
     break;
   case FAKE_FAULT:
     set_fault(d, "fault function %s", f->name);
@@ -966,10 +990,13 @@ static void *worker_main(void *arg) {
     if (!d->run_head) d->run_tail = NULL;
     d->running = 1;
     exec_part(d, n);
-    int done = !d->faulted && !abort_spin(d);
-    if (done && n->ends && !(d->stopping && mutant(d, FAKE_M_STOP_EARLY_VALUE))) store_word(d, n->value);
+    int done = !d->faulted && !abort_part(d);
+    if (done && n->ends &&
+        !(d->stopping && (mutant(d, FAKE_M_STOP_EARLY_VALUE) || mutant(d, FAKE_M_STOP_VALUE_MID_PART))))
+      store_word(d, n->value);
     free_push(d, n);
     d->running = 0;
+    d->running_fill = 0;
     pthread_cond_broadcast(&d->cv);
   }
   /* stop found this worker running: the last value is ours to write, now
@@ -1280,9 +1307,9 @@ void fake_stop(struct fake_dev *d) {
         free(r);
         d->buckets[b] = NULL;
       }
-  if (mutant(d, FAKE_M_STOP_EARLY_VALUE))
+  if (mutant(d, FAKE_M_STOP_EARLY_VALUE) || mutant(d, FAKE_M_STOP_VALUE_MID_PART))
     store_word(d, d->last_value); /* while the work still runs */
-  else if (d->running && !mutant(d, FAKE_M_LATE_WORD_WRITE))
+  else if (d->running && (d->running_fill || !mutant(d, FAKE_M_LATE_WORD_WRITE)))
     d->worker_writes_last = 1;
   else if (d->running || !mutant(d, FAKE_M_STOP_NO_LAST_VALUE))
     store_word(d, d->last_value);
@@ -1317,10 +1344,11 @@ void fake_debug_work_end(struct fake_dev *d) {
   dev_lock(d);
   struct fake_node *n = d->manual_cur;
   if (!n) goto out;
-  int done = !d->faulted && !abort_spin(d);
+  int done = !d->faulted && !abort_part(d);
   if (done && n->ends) store_word(d, n->value);
   free_push(d, n);
   d->running = 0;
+  d->running_fill = 0;
   d->manual_cur = NULL;
   if (d->stopping) {
     /* As the worker does on its way out (STOP-3). */

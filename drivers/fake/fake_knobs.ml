@@ -66,6 +66,7 @@ let mutant_table =
     ("stop-drains-briefly", "STOP-2", "stop waits for the running work to finish, 1000 ms at most", 54);
     ("stop-no-last-value", "STOP-3", "stop never writes the last value when no work runs", 16);
     ("stop-early-value", "STOP-3", "stop writes the last value at once, while the running spin and the work queued behind it go on to their end", 85);
+    ("stop-value-mid-part", "STOP-3", "stop writes the last value at once, while the running part (a large Fill mid-write) goes on to its end; the queued work is dropped", 86);
     ("failed-submit-forgotten", "STOP-3", "a submit that fails does not record its value, so stop writes the one before", 67);
     ("stop-runs-encoded", "STOP-4", "stop runs the work encoded but not committed", 17);
     ("stop-drops-word", "STOP-5", "stop releases the word: signaled answers 0 after it", 18);

@@ -174,6 +174,64 @@ let stop3_value_after_work (module P : Package) ~seed =
               end;
               `Judged))
 
+(* STOP-3, "only once no work of d runs", for a part a stop may not cut
+   short at once: a large Fill of a witness region is running when stop is
+   called (some of its sampled bytes written, not all), and a small Fill is
+   queued behind it, the last value. Once the word reads that value, no
+   sampled byte the large Fill had not written may be written. A try in
+   which the Fill was over before stop could be called is made again with
+   one twice as large (128 and 256 MiB). *)
+let stop3_fill_running (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-3" ~seed (fun s ->
+      let mib = 1 lsl 20 in
+      let rec attempt size tries =
+        let dev, witness = K.witness_device s size in
+        let samples = List.init 65 (fun i -> if i = 64 then size - 1 else i * (size / 64)) in
+        let byte_at o = Char.code (witness.K.wread ~off:o ~len:1).[0] in
+        let before = List.map byte_at samples in
+        (* a byte none of the samples holds yet: one written shows *)
+        let b1 = List.find (fun b -> not (List.mem b before)) (List.init 256 (fun i -> (K.byte s + i) land 0xff)) in
+        let written () = List.filter (fun o -> byte_at o = b1) samples in
+        let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
+        let submit what parts = match K.submit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e)) in
+        ignore (submit "the large Fill" [ K.fill_part witness.K.wreg ~off:0 ~len:size ~byte:b1 ]);
+        let v = submit "the Fill behind it" [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] in
+        let deadline = now () +. 5. in
+        let rec until_running () =
+          match List.length (written ()) with
+          | 0 when now () > deadline -> `Never
+          | 0 -> Thread.delay 0.0001; until_running ()
+          | n when n = List.length samples -> `Over
+          | _ -> `Running
+        in
+        match until_running () with
+        | `Over when tries > 1 -> attempt (2 * size) (tries - 1)
+        | `Over ->
+            Case.report_unjudged [ ("STOP-3", spf "in 2 tries a Fill (up to %d MiB) was over before stop could be called on it" (size / mib)) ]
+        | `Never -> Case.report_unjudged [ ("STOP-3", spf "a %d-MiB Fill wrote none of its sampled bytes within 5 s" (size / mib)) ]
+        | `Running ->
+            ignore (K.stop s dev ~bound_ms:9000);
+            if K.poll_word dev ~ms:5000 (fun w -> w = v) <> v then
+              (* a last value never written is probe.STOP-3.running's *)
+              Case.report_unjudged [ ("STOP-3", spf "the word was not seen to read the last value within 5 s of stop") ]
+            else begin
+              let seen_v = now () in
+              let pending = List.filter (fun o -> byte_at o <> b1) samples in
+              let rec watch () =
+                match List.filter (fun o -> byte_at o = b1) pending with
+                | [] when now () -. seen_v < 1.0 -> Thread.delay K.poll_interval; watch ()
+                | [] -> ()
+                | late ->
+                    K.flag s
+                      "the word read the last value %d while a %d-MiB Fill that ran at stop still wrote: of the %d sampled bytes it had not written then, %d were %.0f ms later"
+                      v (size / mib) (List.length pending) (List.length late) ((now () -. seen_v) *. 1000.)
+              in
+              if pending <> [] then watch ()
+            end
+      in
+      attempt (128 * mib) 2)
+
 (* STOP-3, "also when that submit failed": with no work running, a submit
    fails, and stop must still write its value.  Only a driver whose
    failures the harness can arm (the fake's injection) is asked; on
@@ -346,6 +404,7 @@ let cases =
     case "probe.STOP-3.running" "STOP-3" stop3_running;
     case "probe.STOP-3.failed-submit" "STOP-3" stop3_failed_submit;
     case "probe.STOP-3.value-after-work" "STOP-3" stop3_value_after_work;
+    case "probe.STOP-3.fill-running" "STOP-3" stop3_fill_running;
     case "probe.STOP-4.drop-encoded" "STOP-4" stop4_drop_encoded;
     case "probe.STOP-5.keeps-word" "STOP-5" stop5_keeps;
     case "probe.STOP-6.no-late-write" "STOP-6" stop6_no_late_write;
