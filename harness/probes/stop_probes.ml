@@ -73,11 +73,13 @@ let stop3_running (module P : Package) ~seed =
       let done_v = K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill" in
       let h = K.kit_entry s dev "spin" spin in
       let ms = 150 + K.int s 150 in
-      let v =
-        match K.submit dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] with
-        | Ok v -> v
-        | Error e -> raise (Skip (spf "setup: a spin launch: %s" e))
-      in
+      let submit what parts = match K.submit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e)) in
+      (* stop once the word shows the Fill before the spin: the spin then
+         runs (a spin just submitted may not have started, and a stop
+         before it is a stop with no work running) *)
+      let before = submit "a Fill before the spin" [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] in
+      let v = submit "a spin launch" [ Launch { entry = h; args = [ Int64.of_int ms ] } ] in
+      ignore (K.poll_word dev ~ms:(ms / 2) (fun w -> w >= before));
       ignore (K.stop s dev ~bound_ms:9000);
       let w = K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v || w < done_v) in
       if w <> v && w >= done_v then
