@@ -57,6 +57,13 @@ let rec against (c : Catalog.clause) (r : Runner.result) =
               "%s, called inside %s at an allocation with rig_holds () = 0, did not return within %.0f s (case %s, seed %d): the thread held a lock of the driver's there it had not counted (a C mutex waits for its owner for good)"
               fn outer seconds r.job.case.name r.job.seed
         | _ -> Printf.sprintf "%s did not return within %.0f s (case %s, seed %d)" fn seconds r.job.case.name r.job.seed)
+  | Blocked { fn; first } when clause_of_hang r.job.case fn = Some c.id ->
+      (* cut short for a hang of fn seen before: a hang of the call this
+         clause bounds is this clause's, wherever it came first (a sweep's
+         point, whose run is no case of the clause's) *)
+      Some
+        (Printf.sprintf "%s did not return within %.0f s (case %s, seed %d), as it had not before (%s)" fn
+           Runner.known_hang_limit r.job.case.name r.job.seed first)
   | _ -> None
 
 (* A run that could not reach its end for a hang that is another clause's:
