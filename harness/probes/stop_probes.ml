@@ -222,7 +222,7 @@ let stop3_fill_running (module P : Package) ~seed =
               let pending = List.filter (fun o -> byte_at o <> b1) samples in
               let rec watch () =
                 match List.filter (fun o -> byte_at o = b1) pending with
-                | [] when now () -. seen_v < 1.0 -> Thread.delay K.poll_interval; watch ()
+                | [] when now () -. seen_v < 0.5 -> Thread.delay K.poll_interval; watch ()
                 | [] -> ()
                 | late ->
                     K.flag s
