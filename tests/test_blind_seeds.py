@@ -35,6 +35,7 @@ SETS = [
     ("test_blind_tm", "BLINDTM"),
     ("test_blind_st6", "BLINDST6"),
     ("test_blind_st3", "BLINDST3"),
+    ("test_blind_pr", "BLINDPR"),
 ]
 
 
