@@ -269,13 +269,13 @@ module Flows (P : Rig_edge.Package) = struct
      injection never fired judges nothing. *)
   let query_exceptions ~seed acc =
     let st = rng seed in
-    let raises fn dev what ~where =
+    let raises fn devs what ~where =
       Fake.inject ~fn ~nth:1 (`Raise Not_found);
       match what () with
       | () ->
           Fake.clear_injections ();
           Case.report_unjudged [ ("EXC-3", Printf.sprintf "%s raised nothing where %s" fn where) ]
-      | exception Not_found -> List.iter (fun d -> still_usable acc "EXC-3" d ("a Not_found from " ^ fn)) dev
+      | exception Not_found -> List.iter (fun d -> still_usable acc "EXC-3" d ("a Not_found from " ^ fn)) devs
     in
     let dev = open_ 0 in
     let _, h = entry_of dev (spin ()) in
@@ -301,8 +301,8 @@ module Flows (P : Rig_edge.Package) = struct
   let faults_after_stop ~seed acc =
     let st = rng seed in
     let dev = open_ 0 in
-    let im, h = entry_of dev (spin ()) in
-    ignore im;
+    (* an image and two buffers left for close to give back *)
+    let _, h = entry_of dev (spin ()) in
     let _buffers = List.init 2 (fun _ -> R.alloc dev Rig_edge.Device (small_size st)) in
     ignore (R.submit dev [ R.Launch (h, [ R.Int 20 ]) ]);
     let clause_of = [ ("signaled", "TIME-2"); ("free", "STOP-7"); ("unload", "STOP-7") ] in
