@@ -187,8 +187,10 @@ type running = {
   rjobs : (int * job) list;
   child : Child_process.t;
   started : float;
-  deadline : float;
+  mutable deadline : float;
   limit : float;
+  point_limits : float array;  (* each point's limit, in order: one for a run of one job *)
+  mutable points_begun : int;  (* the POINT records a batch has written so far *)
   mutable watched : float;  (* when its calls in flight were last looked at *)
   mutable crowded : bool;   (* more children than [parallel] ran beside it at some time *)
   quiet : bool;             (* a run again of a crowded run's findings *)
@@ -242,9 +244,26 @@ let spawn ?(quiet = false) ~limit batch =
         @ List.concat_map (fun (_, j) -> match j.inject with Some i -> [ "--inject"; Injection.to_string i ] | None -> []) batch
     | [] -> invalid_arg "Runner.spawn: empty batch"
   in
-  let limit = List.fold_left (fun a (_, j) -> a +. limit j) 0. batch in
+  let point_limits = Array.of_list (List.map (fun (_, j) -> limit j) batch) in
+  let limit = Array.fold_left ( +. ) 0. point_limits in
   let now = Unix.gettimeofday () in
-  { rjobs = batch; child = spawn_args args; started = now; deadline = now +. limit; limit; watched = now; crowded = false; quiet }
+  (* a batch's deadline moves with its points (advance_point) *)
+  { rjobs = batch; child = spawn_args args; started = now; deadline = now +. point_limits.(0); limit; point_limits;
+    points_begun = 0; watched = now; crowded = false; quiet }
+
+(* A batch is given each point's limit from the point's start, not the sum
+   of its points' limits from its own: a point that never ends (rig looping
+   in a flow) would hold its batch for hours otherwise. *)
+let advance_point r now =
+  if Array.length r.point_limits > 1 then begin
+    let begun =
+      List.fold_left (fun n l -> if String.starts_with ~prefix:"POINT\t" l then n + 1 else n) 0 (Child_process.records r.child)
+    in
+    if begun > r.points_begun then begin
+      r.points_begun <- begun;
+      r.deadline <- now +. r.point_limits.(min (begun - 1) (Array.length r.point_limits - 1))
+    end
+  end
 
 (* The results of an ended (or killed) child, and the jobs of a batch that
    must run again alone. *)
@@ -446,6 +465,7 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
       List.iter
         (fun r ->
           Child_process.drain r.child;
+          advance_point r (Unix.gettimeofday ());
           match Child_process.ended r.child with
           | Some _ ->
               let ended = Child_process.finish r.child in
