@@ -182,7 +182,7 @@ let stop3_value_after_work (module P : Package) ~seed =
    queued behind it as the last value, then again with none. Once the word reads that value, no
    sampled byte the large Fill had not written may be written. A try in
    which the Fill was over before stop could be called is made again with
-   one twice as large (128 and 256 MiB). *)
+   one twice as large (64 to 256 MiB). *)
 let stop3_fill_running (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"STOP-3" ~seed (fun s ->
@@ -210,7 +210,7 @@ let stop3_fill_running (module P : Package) ~seed =
         match until_running () with
         | `Over when tries > 1 -> attempt ~behind (2 * size) (tries - 1)
         | `Over ->
-            Case.report_unjudged [ ("STOP-3", spf "in 2 tries a Fill (up to %d MiB) was over before stop could be called on it" (size / mib)) ]
+            Case.report_unjudged [ ("STOP-3", spf "in 3 tries a Fill (up to %d MiB) was over before stop could be called on it" (size / mib)) ]
         | `Never -> Case.report_unjudged [ ("STOP-3", spf "a %d-MiB Fill wrote none of its sampled bytes within 5 s" (size / mib)) ]
         | `Running ->
             ignore (K.stop s dev ~bound_ms:9000);
@@ -222,7 +222,7 @@ let stop3_fill_running (module P : Package) ~seed =
               let pending = List.filter (fun o -> byte_at o <> b1) samples in
               let rec watch () =
                 match List.filter (fun o -> byte_at o = b1) pending with
-                | [] when now () -. seen_v < 0.5 -> Thread.delay K.poll_interval; watch ()
+                | [] when now () -. seen_v < 0.25 -> Thread.delay K.poll_interval; watch ()
                 | [] -> ()
                 | late ->
                     K.flag s
@@ -235,7 +235,7 @@ let stop3_fill_running (module P : Package) ~seed =
       (* with a Fill behind it, the last value; then with the running
          Fill's own submission the last (a driver may take an empty queue
          for no work running) *)
-      List.iter (fun behind -> attempt ~behind (128 * mib) 2) [ true; false ])
+      List.iter (fun behind -> attempt ~behind (64 * mib) 3) [ true; false ])
 
 (* STOP-3, "also when that submit failed": with no work running, a submit
    fails, and stop must still write its value.  Only a driver whose
