@@ -83,8 +83,7 @@ let new_token () =
   let b = Bytes.create 16 in
   let n = Fun.protect ~finally:(fun () -> Unix.close fd) (fun () -> Unix.read fd b 0 16) in
   if n <> 16 then failwith "Channel.new_token: short read of /dev/urandom";
-  let b = Bytes.to_string b in
-  String.concat "" (List.map (fun c -> Printf.sprintf "%02x" (Char.code c)) (List.of_seq (String.to_seq b)))
+  String.concat "" (List.init 16 (fun i -> Printf.sprintf "%02x" (Bytes.get_uint8 b i)))
 
 (* A line longer than this is no record of ours: dropped as it comes. *)
 let max_line = 8192

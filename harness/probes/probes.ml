@@ -288,13 +288,14 @@ module Kit (P : Package) = struct
     | Fault_seen why -> spf "the device faulted: %s" why
 
   (* Setup work: submit, commit and wait, or skip the case. *)
+  let submit_or_skip ?commit dev parts what =
+    match submit ?commit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e))
+
   let run_or_skip s dev parts what =
-    match submit dev parts with
-    | Error e -> raise (Skip (spf "setup: %s: %s" what e))
-    | Ok v -> (
-        match wait_value s dev v ~ms:3000 with
-        | Reached -> v
-        | w -> raise (Skip (spf "setup: %s: value %d %s" what v (describe_wait w))))
+    let v = submit_or_skip dev parts what in
+    match wait_value s dev v ~ms:3000 with
+    | Reached -> v
+    | w -> raise (Skip (spf "setup: %s: value %d %s" what v (describe_wait w)))
 
   (* Half a millisecond between reads of the word: a value a driver shows
      only briefly (the last value, then a late write over it) is seen. *)

@@ -114,6 +114,13 @@ module Kit (P : Rig_edge.Package) : sig
 
   val wait_value : session -> dev -> int -> ms:int -> waited
   val describe_wait : waited -> string
+
+  (** [submit_or_skip dev parts what]: a probe's setup submit; its value,
+      or [Skip] naming [what] if the driver refused it. *)
+  val submit_or_skip : ?commit:bool -> dev -> Rig_edge.part list -> string -> int
+
+  (** [run_or_skip s dev parts what]: {!submit_or_skip}, then its work
+      waited for (3 s); [Skip] if it did not end. *)
   val run_or_skip : session -> dev -> Rig_edge.part list -> string -> int
   val poll_word : dev -> ms:int -> (int -> bool) -> int
 

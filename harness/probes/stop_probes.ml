@@ -27,9 +27,7 @@ let stop2_no_wait (module P : Package) ~seed =
           let stop_during ms =
             let dev = K.open_first s in
             let h = K.kit_entry s dev "spin" spin in
-            (match K.submit dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] with
-            | Ok _ -> ()
-            | Error e -> raise (Skip (spf "setup: a spin launch: %s" e)));
+            ignore (K.submit_or_skip dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] "a spin launch");
             dev.lost <- Some "hang bound";
             match K.stop s dev ~bound_ms:9000 with K.Stop_returned t | K.Stop_raised (_, t) -> t
           in
@@ -52,11 +50,7 @@ let stop3_uncommitted (module P : Package) ~seed =
       let n = word * (1 + K.int s 256) in
       let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
       let done_v = K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill" in
-      let v =
-        match K.submit ~commit:false dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] with
-        | Ok v -> v
-        | Error e -> raise (Skip (spf "setup: an uncommitted Fill: %s" e))
-      in
+      let v = K.submit_or_skip ~commit:false dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "an uncommitted Fill" in
       let w = K.word_at_stop s dev ~bound_ms:9000 in
       (* A word below the value it showed before stop was dropped: STOP-5's. *)
       if w <> v && w >= done_v then
@@ -73,12 +67,11 @@ let stop3_running (module P : Package) ~seed =
       let done_v = K.run_or_skip s dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill" in
       let h = K.kit_entry s dev "spin" spin in
       let ms = 150 + K.int s 150 in
-      let submit what parts = match K.submit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e)) in
       (* stop once the word shows the Fill before the spin: the spin then
          runs (a spin just submitted may not have started, and a stop
          before it is a stop with no work running) *)
-      let before = submit "a Fill before the spin" [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] in
-      let v = submit "a spin launch" [ Launch { entry = h; args = [ Int64.of_int ms ] } ] in
+      let before = K.submit_or_skip dev [ K.fill_part r ~off:0 ~len:n ~byte:(K.byte s) ] "a Fill before the spin" in
+      let v = K.submit_or_skip dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] "a spin launch" in
       ignore (K.poll_word dev ~ms:(ms / 2) (fun w -> w >= before));
       ignore (K.stop s dev ~bound_ms:9000);
       let w = K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v || w < done_v) in
@@ -105,11 +98,10 @@ module Stop_on_spin (P : Package) = struct
   let stop_on_spin s dev ~spin ~before ~behind : [ `Spun of spun | unmet ] =
     let h = K.kit_entry s dev "spin" spin in
     let ms = 300 + K.int s 100 in
-    let submit what parts = match K.submit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e)) in
-    let first = submit "the submission before the spin" before in
+    let first = K.submit_or_skip dev before "the submission before the spin" in
     let launched = now () in
-    ignore (submit "a spin launch" [ Launch { entry = h; args = [ Int64.of_int ms ] } ]);
-    let last = submit "the submission behind the spin" behind in
+    ignore (K.submit_or_skip dev [ Launch { entry = h; args = [ Int64.of_int ms ] } ] "a spin launch");
+    let last = K.submit_or_skip dev behind "the submission behind the spin" in
     let on_the_spin = K.poll_word dev ~ms:(ms / 2) (fun w -> w >= first) = first in
     ignore (K.stop s dev ~bound_ms:9000);
     let stopped_ms = (now () -. launched) *. 1000. in
@@ -179,8 +171,9 @@ let stop3_value_after_work (module P : Package) ~seed =
 (* STOP-3, "only once no work of d runs", for a part a stop may not cut
    short at once: a large Fill of a witness region is running when stop is
    called (some of its sampled bytes written, not all), with a small Fill
-   queued behind it as the last value, then again with none. Once the word reads that value, no
-   sampled byte the large Fill had not written may be written. A try in
+   queued behind it as the last value, then again with none. Once the word
+   reads that value, no sampled byte the large Fill had not written may be
+   written. A try in
    which the Fill was over before stop could be called is made again with
    one twice as large (64 to 256 MiB). *)
 let stop3_fill_running (module P : Package) ~seed =
@@ -196,9 +189,8 @@ let stop3_fill_running (module P : Package) ~seed =
         let b1 = List.find (fun b -> not (List.mem b before)) (List.init 256 (fun i -> (K.byte s + i) land 0xff)) in
         let written () = List.filter (fun o -> byte_at o = b1) samples in
         let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
-        let submit what parts = match K.submit dev parts with Ok v -> v | Error e -> raise (Skip (spf "setup: %s: %s" what e)) in
-        let own = submit "the large Fill" [ K.fill_part witness.K.wreg ~off:0 ~len:size ~byte:b1 ] in
-        let v = if behind then submit "the Fill behind it" [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] else own in
+        let own = K.submit_or_skip dev [ K.fill_part witness.K.wreg ~off:0 ~len:size ~byte:b1 ] "the large Fill" in
+        let v = if behind then K.submit_or_skip dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] "the Fill behind it" else own in
         let deadline = now () +. 5. in
         let rec until_running () =
           match List.length (written ()) with
@@ -272,9 +264,7 @@ let stop4_drop_encoded (module P : Package) ~seed =
       let expect = String.make n (Char.chr b1) in
       if witness.wread ~off:0 ~len:n <> expect then raise (Skip "setup: the witness does not show the device's work");
       let b2 = K.other_byte s b1 in
-      (match K.submit ~commit:false a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b2 ] with
-      | Ok _ -> ()
-      | Error e -> raise (Skip (spf "setup: an uncommitted Fill: %s" e)));
+      ignore (K.submit_or_skip ~commit:false a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b2 ] "an uncommitted Fill");
       ignore (K.stop s a ~bound_ms:9000);
       ignore (K.settled a ~ms:1000);
       Thread.delay 0.05;

@@ -228,9 +228,7 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
       let r = match K.alloc s dev Device word with Some r -> r | None -> raise (Skip "setup: no Device memory") in
       let submit_ms () =
         let t0 = now () in
-        (match K.submit dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] with
-        | Ok v -> ignore (K.wait_value s dev v ~ms:3000)
-        | Error e -> raise (Skip (spf "setup: a Fill: %s" e)));
+        ignore (K.wait_value s dev (K.submit_or_skip dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] "a Fill") ~ms:3000);
         (now () -. t0) *. 1000.
       in
       (* a submit, commit and the Fill's work, alone: the fastest of three *)
@@ -250,10 +248,7 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
         (* into its wait: the sleep blocks for 1.5 s on a driver that sees no change *)
         Thread.delay 0.1;
         let t0 = now () in
-        let v = match K.submit dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] with
-          | Ok v -> v
-          | Error e -> raise (Skip (spf "setup: a Fill beside a sleep: %s" e))
-        in
+        let v = K.submit_or_skip dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] "a Fill beside a sleep" in
         let t1 = now () in
         Thread.join sleeper;
         ignore (K.wait_value s dev v ~ms:3000);

@@ -502,19 +502,19 @@ module Make (D : Rig_edge.Driver) = struct
       ignore (D.peer a.d a.d);
       peers_conforming a b
 
-    (* lose-on-peer-exn (EXC-3): an exception from peer loses the device that asked. *)
-    let peers_losing a b =
-      try peers_conforming a b
+    (* [f ()], an exception from which loses [dev], as one from the
+       functions of EXC-1's list does *)
+    let losing dev fn f =
+      try f ()
       with e ->
-        lose a ("peer: " ^ Printexc.to_string e);
+        lose dev (fn ^ ": " ^ Printexc.to_string e);
         raise e
 
+    (* lose-on-peer-exn (EXC-3): an exception from peer loses the device that asked. *)
+    let peers_losing a b = losing a "peer" (fun () -> peers_conforming a b)
+
     (* lose-on-locate-exn (EXC-3): an exception from locate loses the region's device. *)
-    let locate_losing b =
-      try locate_conforming b
-      with e ->
-        lose b.dev ("locate: " ^ Printexc.to_string e);
-        raise e
+    let locate_losing b = losing b.dev "locate" (fun () -> locate_conforming b)
 
     (* map-host-anyway (MEM-6), dma-any-region (GUAR-4): no refusal. *)
     let refuses_nothing _ = ()

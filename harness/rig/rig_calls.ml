@@ -223,12 +223,10 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
 
     (* stop-no-fault-after-hang (STOP-1): the hang bound loses the device without a fault. *)
     let unfaulted_hang dev ~w ~stalled =
-      if stalled >= float !hang_ms then begin
-        let why = Printf.sprintf "hang: the word stood at %d for %d ms" w !hang_ms in
-        lose dev why;
-        raise (Device_lost why)
-      end;
-      still_for_conforming dev ~w ~stalled
+      try still_for_conforming dev ~w ~stalled
+      with Device_lost _ as e ->
+        with_rig (fun () -> dev.fault <- None);
+        raise e
 
     (* uncounted-c-calls (CNT-3): the C functions are never counted. *)
     let c_calls_uncounted (_ : device) = false
