@@ -114,11 +114,13 @@ let check_point ~point ~(reference : exn option) ~(rerun : unit -> run) r =
             (fun l -> finding "ASYNC-1" "after an asynchronous exception at %s (%s) and every device's close, %s" at where l)
             r.left
         in
+        (* A rule rig broke on the way out of the exception is that
+           rule's violation, not ASYNC-1's (which is about the calls rig
+           still makes); the evidence names the point. *)
         let broke =
           List.map
             (fun (v : Validate.violation) ->
-              finding "ASYNC-1" "after an asynchronous exception at %s (%s), rig broke %s: %s" at where v.clause
-                v.detail)
+              finding v.clause "after an asynchronous exception at %s (%s): %s" at where v.detail)
             r.out.violations
         in
         if left <> [] || broke <> [] then left @ broke

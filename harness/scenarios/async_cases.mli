@@ -19,8 +19,9 @@
     After each point: the thread's lock count must be 0 and a later run with
     nothing injected must end normally (ASYNC-2); the reference rig must
     have stopped every device and, where the word read the last value,
-    freed every region and unloaded every image, and broken no rig clause
-    the validation layer checks (ASYNC-1).  A watchdog turns a hang into a
+    freed every region and unloaded every image (ASYNC-1), and broken no
+    rig clause the validation layer checks (a break is that clause's
+    finding, its evidence naming the point).  A watchdog turns a hang into a
     finding. *)
 
 val cases : Case.t list
