@@ -468,7 +468,13 @@ module D = struct
           raise (Fault (c_fault_reason t.dev)))
 
   let stop t ~fault:_ =
-    public "stop" (fun () -> if not (Atomic.exchange t.stopped true) then c_stop t.dev)
+    public "stop" (fun () ->
+        if not (Atomic.exchange t.stopped true) then begin
+          (* an injected raise ends stop before it ends the device's work,
+             as an asynchronous exception may (STOP-7) *)
+          ignore (injected "stop");
+          c_stop t.dev
+        end)
 
   let unload i =
     public "unload" (fun () ->

@@ -66,7 +66,7 @@ val set_mutant : string option -> unit
     process from now) of the driver function [fn] ("alloc", "free",
     "map_peer", "map_host", "dma", "image", "entry", "prepare", "grow",
     "signaled", "sleep", "unload", "reach", "room", "submit", "commit",
-    "peer", "locate")
+    "peer", "locate", "stop")
     answers [what] instead of running: [`Fault why] raises [D.Fault why],
     [`Raise e] raises [e], [`Fail] raises Failure, and [`Answer] answers the
     failure the document allows as an answer: None from alloc, Error from
@@ -75,7 +75,10 @@ val set_mutant : string option -> unit
     from room.  For "submit" and "commit", C functions, the call returns
     non-zero instead; a [`Fault why] there also faults the device with
     [why], and [`Raise _] acts as [`Fail]; room answers RIG_GROW for any
-    [what].  Raises Invalid_argument on another [fn], an [nth] below 1, or
+    [what].  stop raises once the device is marked stopped, before its
+    work is ended: that work runs on and writes the word as it ends, as
+    after a stop an asynchronous exception ended early.  Raises
+    Invalid_argument on another [fn], an [nth] below 1, or
     [`Answer] for a function without such an answer. *)
 val inject : fn:string -> nth:int -> [ `Fault of string | `Raise of exn | `Fail | `Answer ] -> unit
 

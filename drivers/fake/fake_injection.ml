@@ -7,7 +7,7 @@ type injection = { fn : string; left : int Atomic.t; what : failure }
 
 let injectable =
   [ "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "entry"; "prepare"; "grow";
-    "signaled"; "sleep"; "unload"; "reach"; "room"; "submit"; "commit"; "peer"; "locate" ]
+    "signaled"; "sleep"; "unload"; "reach"; "room"; "submit"; "commit"; "peer"; "locate"; "stop" ]
 
 (* The functions that can answer the failure the document allows as an
    answer (`Answer): None, Error, No_memory, Short, an early return,

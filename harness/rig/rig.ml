@@ -149,16 +149,18 @@ module Make (D : Rig_edge.Driver) = struct
   let word_reached_conforming dev = signaled dev >= dev.last_submitted
   let word_reached = step word_reached_conforming
 
-  (* Whether the word read the last value within the hang bound (STOP-7). *)
-  let await_word =
-    step (fun dev ->
-        let deadline = now_ms () +. float !hang_ms in
-        let rec await pause =
-          if !word_reached dev then true
-          else if now_ms () > deadline then false
-          else (Thread.delay pause; await (Float.min 0.05 (pause *. 2.)))
-        in
-        await 0.0005)
+  (* Whether the word read the last value within the hang bound (STOP-7),
+     also after a stop that raised. *)
+  let await_word_conforming dev =
+    let deadline = now_ms () +. float !hang_ms in
+    let rec await pause =
+      if !word_reached dev then true
+      else if now_ms () > deadline then false
+      else (Thread.delay pause; await (Float.min 0.05 (pause *. 2.)))
+    in
+    await 0.0005
+
+  let await_word = step await_word_conforming
 
   (* What close gives back: each buffer and image once (GUAR-1, GUAR-5). *)
   let left = step (fun dev -> dev.buffers)
@@ -464,6 +466,21 @@ module Make (D : Rig_edge.Driver) = struct
     (* stop-twice (CNT-1): stop again at every close, stopped or not. *)
     let stop_again dev = call_stop dev ~fault:dev.fault
 
+    (* free-after-stop-raised (STOP-7): a stop that raised is taken for the
+       device's work ended, and what it kept is given back at once. *)
+    module Stop_raised = struct
+      let raised : device list ref = ref []
+
+      let stop dev =
+        if not dev.stopped then begin
+          dev.stopped <- true;
+          try P.masked (fun () -> D.stop dev.d ~fault:dev.fault)
+          with _ -> with_rig (fun () -> raised := dev :: !raised)
+        end
+
+      let await_word dev = with_rig (fun () -> List.memq dev !raised) || await_word_conforming dev
+    end
+
     (* stop-no-fault (STOP-1): stop is told no Fault. *)
     let stop_no_fault dev = if not dev.stopped then call_stop dev ~fault:None
 
@@ -550,6 +567,9 @@ module Make (D : Rig_edge.Driver) = struct
         ("stop-no-fault", fun () -> stop := stop_no_fault);
         ("call-after-stop", fun () -> word_reached := word_reached_after_sleep);
         ("free-before-word", fun () -> await_word := word_unawaited);
+        ("free-after-stop-raised", fun () ->
+            stop := Stop_raised.stop;
+            await_word := Stop_raised.await_word);
         ("unload-twice", fun () -> loaded := still_loaded);
         ("unrounded-alloc", fun () -> round_up := unrounded);
         ("call-in-lock", fun () -> call_alloc := alloc_in_lock);

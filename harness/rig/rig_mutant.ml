@@ -33,6 +33,7 @@ let all =
     ("stop-no-fault", "STOP-1", "calls stop with fault None after a Fault");
     ("stop-no-fault-after-hang", "STOP-1", "loses a device for its hang bound without a fault, so its stop has fault None");
     ("free-before-word", "STOP-7", "frees after stop without waiting for the word to read the last value");
+    ("free-after-stop-raised", "STOP-7", "after a stop that raised, frees at once without waiting for the word to read the last value");
     ("after-stop-faults-raised", "STOP-7", "a Fault from a free or unload after stop escapes close, and what is left is not given back");
     ("signaled-fault-after-stop", "TIME-2", "a Fault from signaled after stop escapes close");
     ("signaled-after-word-freed", "TIME-2", "reads signaled once more after freeing the word");

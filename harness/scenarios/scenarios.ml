@@ -328,6 +328,37 @@ module Flows (P : Rig_edge.Package) = struct
     in
     if unjudged <> [] then Case.report_unjudged unjudged
 
+  (* STOP-7, "also after a stop that raised": stop raises before it ends a
+     running launch (the fake's injection), and rig must still free and
+     unload only once the word reads the launch's value; the validation
+     layer flags a free or unload before.  Unjudged unless stop raised with
+     the launch still running and the word then came to its value. *)
+  let stop_raises ~seed _acc =
+    let st = rng seed in
+    let dev = open_ 0 in
+    let _, h = entry_of dev (spin ()) in
+    let _buffers = List.init 2 (fun _ -> R.alloc dev Rig_edge.Device (small_size st)) in
+    let v = R.submit dev [ R.Launch (h, [ R.Int 40 ]) ] in
+    Fake.inject ~fn:"stop" ~nth:1 (`Raise (Failure "stop, injected: raised before it ended the device's work"));
+    close dev;
+    Fake.clear_injections ();
+    (* the word as rig first read it after stop raised *)
+    let rec after_stop = function
+      | [] -> `No_stop
+      | { Validate.fn = "stop"; phase = Raise _; _ } :: rest -> first_read rest
+      | _ :: rest -> after_stop rest
+    and first_read = function
+      | [] -> `Unread
+      | { Validate.fn = "signaled"; phase = Return w; _ } :: _ -> `Read (int_of_string w)
+      | _ :: rest -> first_read rest
+    in
+    let unjudged why = Case.report_unjudged [ ("STOP-7", why) ] in
+    match after_stop (V.events ()) with
+    | `No_stop -> unjudged "stop did not raise"
+    | `Unread -> unjudged "rig read the word no more after stop raised"
+    | `Read w when w >= v -> unjudged "the launch was over before stop raised"
+    | `Read _ -> if not (R.drained dev) then unjudged "the word did not read the launch's value within the hang bound"
+
   (* An Invalid_argument from entry loses nothing: EXC-2. *)
   let entry_invalid ~seed:_ acc =
     let dev = open_ 0 in
@@ -588,6 +619,7 @@ let flows =
     flow "rig.prepare-exception" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.prepare_exception);
     flow "rig.query-exceptions" [ "EXC-3" ] Fake_knobs (fun (module X) -> X.F.query_exceptions);
     flow "rig.faults-after-stop" [ "STOP-7"; "TIME-2" ] Fake_knobs (fun (module X) -> X.F.faults_after_stop);
+    flow "rig.stop-raises" [ "STOP-7" ] Fake_knobs (fun (module X) -> X.F.stop_raises);
     flow "rig.free-once" [ "GUAR-1"; "GUAR-5" ] Any_driver (fun (module X) -> X.F.free_once);
     flow "rig.peer-mapping" [ "GUAR-2"; "GUAR-3"; "GUAR-4" ] Any_driver (fun (module X) -> X.F.peer_mapping);
     flow "rig.pinned-fallback" [ "GUAR-6" ] Fake_knobs (fun (module X) -> X.F.pinned_fallback);
