@@ -373,6 +373,10 @@ module Make (D : Rig_edge.Driver) = struct
   let short_round_conforming dev ~grows = reclaim dev (min grows 3); grows
   let short_round = step short_round_conforming
 
+  (* The n Out_of_memory carries after a submission's last Short: that
+     Short's, not the one before ([previous]) (QUEUE-6). *)
+  let short_out = step (fun ~previous:_ n -> n)
+
   (* [short]: the n of the last Short, for the Out_of_memory of a
      submission whose fourth grow answered Grown and whose room still
      answers RIG_GROW. *)
@@ -385,7 +389,7 @@ module Make (D : Rig_edge.Driver) = struct
         | Grown -> asking dev s (grows + 1) short
         | Short n ->
             let grows = grows + 1 in
-            if grows >= !max_grows then raise (Out_of_memory n);
+            if grows >= !max_grows then raise (Out_of_memory (!short_out ~previous:short n));
             asking dev s (!short_round dev ~grows) n)
 
   let ask_room_conforming dev s = asking dev s 0 0
@@ -582,6 +586,7 @@ module Make (D : Rig_edge.Driver) = struct
         ("dma-any-region", fun () -> refuse_dma := refuses_nothing);
         ("three-asks", fun () -> entry_asks := asks - 1);
         ("five-asks", fun () -> max_grows := asks + 1);
+        ("oom-previous-short", fun () -> short_out := fun ~previous _ -> previous);
         ("grow-unasked", fun () -> ask_room := grow_first);
         ("grown-unbounded", fun () -> grown_out := never_grown_out);
         ("grow-again", fun () -> short_round := short_grows_again);

@@ -42,6 +42,7 @@ let all =
     ("short-no-round", "QUEUE-4", "after a Short, asks room again without a round of reclamation");
     ("grow-unasked", "QUEUE-5", "asks grow before any room answered RIG_GROW");
     ("five-asks", "QUEUE-6", "asks grow a fifth time for a submission");
+    ("oom-previous-short", "QUEUE-6", "after the last Short, raises Out_of_memory with the n of the Short before it");
     ("grown-unbounded", "QUEUE-6", "after a fourth grow that answered Grown, asks grow again when room answers RIG_GROW anew");
     ("call-in-lock", "LOCK-1", "calls alloc while it holds a lock of its own");
     ("no-lock-check", "LOCK-2", "its calls made inside a lock do not raise Invalid_argument");

@@ -487,6 +487,16 @@ module Flows (P : Rig_edge.Package) = struct
     R.free filler;
     close dev
 
+  (* Buffers that take all of the device's Device memory, coarse to fine so
+     that few calls leave less than a word free. *)
+  let fill_memory dev =
+    let rec fill chunk acc =
+      match R.alloc dev Rig_edge.Device chunk with
+      | x -> fill chunk (x :: acc)
+      | exception Rig.Out_of_memory _ -> acc
+    in
+    List.fold_left (fun acc chunk -> fill chunk acc) [] [ 4096; 256; 16; 4 ]
+
   (* Queues too small and no memory to grow them: QUEUE-4, QUEUE-5, QUEUE-6. *)
   let grow_rounds ~seed acc =
     Fake.configure ~queue_slots:2 ~device_bytes:65536 ();
@@ -495,16 +505,44 @@ module Flows (P : Rig_edge.Package) = struct
     let fills k = List.init k (fun i -> R.Fill (b, 0, 4, i + seed)) in
     (* Room after one growth: the submission fits. *)
     R.wait dev (R.submit dev (fills 3));
-    let rec fill_memory chunk acc =
-      match R.alloc dev Rig_edge.Device chunk with
-      | x -> fill_memory chunk (x :: acc)
-      | exception Rig.Out_of_memory _ -> acc
-    in
-    (* Coarse to fine, so that few calls leave less than a word free. *)
-    let held = List.fold_left (fun acc chunk -> fill_memory chunk acc) [] [ 4096; 256; 16; 4 ] in
+    let held = fill_memory dev in
     (match R.submit dev (fills 40) with
     | _ -> acc := finding "QUEUE-6" "a submission that could not grow was taken" :: !acc
     | exception Rig.Out_of_memory _ -> ());
+    List.iter R.free held;
+    R.free b;
+    close dev
+
+  (* QUEUE-6, "a Short n raises Rig.Out_of_memory with n": with the
+     device's memory full, a submission's growths answer Short; the fourth,
+     the last, answers the fake's injected Short 64, unlike the others, and
+     the Out_of_memory rig raises must carry the n of that last Short. *)
+  let short_out_of_memory ~seed acc =
+    Fake.configure ~queue_slots:2 ~device_bytes:65536 ();
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Device 64 in
+    let held = fill_memory dev in
+    let from = List.length (V.events ()) in
+    Fake.inject ~fn:"grow" ~nth:4 `Answer;
+    let unjudged why = Case.report_unjudged [ ("QUEUE-6", why) ] in
+    (match R.submit dev (List.init 40 (fun i -> R.Fill (b, 0, 4, i + seed))) with
+    | _ -> unjudged "the submission was taken with the device's memory full"
+    | exception Rig.Out_of_memory n -> (
+        let shorts =
+          List.filteri (fun i _ -> i >= from) (V.events ())
+          |> List.filter_map (fun (e : Validate.event) ->
+                 match (e.fn, e.phase) with
+                 | "grow", Return r when String.starts_with ~prefix:"Short " r ->
+                     int_of_string_opt (String.sub r 6 (String.length r - 6))
+                 | _ -> None)
+        in
+        match List.rev shorts with
+        | [] -> unjudged "no growth answered Short"
+        | last :: _ when n <> last ->
+            acc := finding "QUEUE-6" "rig raised Out_of_memory %d after the submission's last grow answered Short %d (its Shorts: %s)" n last
+                     (String.concat ", " (List.map string_of_int shorts)) :: !acc
+        | _ -> ()));
+    Fake.clear_injections ();
     List.iter R.free held;
     R.free b;
     close dev
@@ -520,12 +558,7 @@ module Flows (P : Rig_edge.Package) = struct
     let _, h = entry_of dev (spin ()) in
     let b = R.alloc dev Rig_edge.Device 64 in
     let spare = R.alloc dev Rig_edge.Device 4096 in
-    let rec fill_memory chunk acc =
-      match R.alloc dev Rig_edge.Device chunk with
-      | x -> fill_memory chunk (x :: acc)
-      | exception Rig.Out_of_memory _ -> acc
-    in
-    let held = List.fold_left (fun acc chunk -> fill_memory chunk acc) [] [ 4096; 256; 16; 4 ] in
+    let held = fill_memory dev in
     (* The spin outlasts the free that follows at once (or the premise is
        reported unmet below); each point of the sweep waits for it. *)
     let v = R.submit dev [ R.Launch (h, [ R.Int (30 + (seed mod 20)); R.Buf spare ]) ] in
@@ -630,6 +663,7 @@ let flows =
     flow "rig.entry-rounds" [ "CODE-4" ] Fake_knobs (fun (module X) -> X.F.entry_rounds);
     flow "rig.grow-rounds" [ "QUEUE-4"; "QUEUE-5"; "QUEUE-6" ] Fake_knobs (fun (module X) -> X.F.grow_rounds);
     flow "rig.short-reclaims" [ "QUEUE-4" ] Fake_knobs (fun (module X) -> X.F.short_reclaims);
+    flow "rig.short-out-of-memory" [ "QUEUE-6" ] Fake_knobs (fun (module X) -> X.F.short_out_of_memory);
     flow "rig.lock-discipline" [ "LOCK-1"; "LOCK-2"; "SIG-1" ] Any_driver (fun (module X) -> X.F.lock_discipline);
     flow "rig.mask-after-outcome" [ "SIG-1" ] Any_driver (fun (module X) -> X.F.mask_after_outcome);
   ]
