@@ -174,6 +174,9 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     (* no-lock-check (LOCK-2): calls made inside a lock go on. *)
     let unchecked (_ : string) = ()
 
+    (* write-unchecked (LOCK-2): write alone lacks the check. *)
+    let all_but_write fn = if fn <> "Rig.write" then P.check_unheld fn
+
     (* ignore-exception (EXC-1): no exception other than Fault loses the device. *)
     let loses_nothing _ _ = false
 
@@ -252,6 +255,7 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     let variants =
       [
         ("no-lock-check", fun () -> check_unheld := unchecked);
+        ("write-unchecked", fun () -> check_unheld := all_but_write);
         ("ignore-exception", fun () -> loses := loses_nothing);
         ("lose-on-entry-invalid", fun () -> loses := loses_entry_invalid);
         ("lose-on-prepare-exn", fun () -> loses := loses_prepare);
