@@ -415,12 +415,17 @@ module Flows (P : Rig_edge.Package) = struct
 
   (* Mapped memory absent: rig falls back to Pinned: GUAR-6. *)
   let pinned_fallback ~seed _acc =
-    Fake.configure ~mapped_bytes:0 ();
     let st = rng seed in
-    let dev = open_ 0 in
-    let b = R.alloc dev Rig_edge.Mapped (small_size st) in
-    R.free b;
-    close dev
+    (* without host_addresses, then with it: the reference rig then asks
+       Device memory, which the document allows as well as Pinned *)
+    List.iter
+      (fun host_addresses ->
+        Fake.configure ~mapped_bytes:0 ~host_addresses ();
+        let dev = open_ 0 in
+        let b = R.alloc dev Rig_edge.Mapped (small_size st) in
+        R.free b;
+        close dev)
+      [ false; true ]
 
   (* Work that hangs: rig bounds it and stops with Some: GUAR-7, STOP-1. *)
   let hang_bound ~seed:_ acc =
