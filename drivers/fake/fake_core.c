@@ -47,6 +47,7 @@ struct fake_fn {
   int op;
   uint64_t entry;   /* 0 until entry made it */
   uint64_t charged; /* Device bytes its entries hold */
+  int by_prepare;   /* made by a prepare, not yet asked by entry (prepare-restarts-prepared) */
 };
 
 struct fake_image {
@@ -812,6 +813,7 @@ int64_t fake_entry(struct fake_image *im, size_t i) {
   struct fake_dev *d = im->dev;
   dev_lock(d);
   int64_t e = make_entry(d, &im->fns[i]);
+  im->fns[i].by_prepare = 0;
   dev_unlock(d);
   return e;
 }
@@ -829,8 +831,12 @@ void fake_prepare(struct fake_image *im, size_t i) {
         d->used[FAKE_DEVICE] -= im->fns[j].charged;
         im->fns[j].charged = 0;
       }
-  if (!f->entry)
+  if (!f->entry) {
     (void)make_entry(d, f); /* synchronous: the next entry finds it made */
+    f->by_prepare = f->entry != 0;
+  } else if (mutant(d, FAKE_M_PREPARE_RESTARTS_PREPARED) && f->by_prepare && f->scratch <= room_of(d, FAKE_DEVICE))
+    /* its "started" check looks at the entries entry asked for only */
+    d->used[FAKE_DEVICE] += f->scratch; /* made again, and leaked */
   else if (mutant(d, FAKE_M_PREPARE_RESTARTS) && f->scratch <= room_of(d, FAKE_DEVICE))
     d->used[FAKE_DEVICE] += f->scratch; /* made again, and leaked */
   else if (mutant(d, FAKE_M_PREPARE_RESTARTS_AFTER_UNLOAD) && d->unloaded && f->scratch <= room_of(d, FAKE_DEVICE)) {

@@ -81,7 +81,8 @@ enum fake_mutant {
   FAKE_M_FREED_REUSED_TWICE = 82, /* MEM-2: the memory of a freed region goes to the next two allocs */
   FAKE_M_MAP_HOST_REMAP_COPIES = 84, /* MEM-7: a map_host of the pages the last one began at maps a copy */
   FAKE_M_STOP_EARLY_VALUE = 85,  /* STOP-3: stop writes the last value at once; the running and queued work go on */
-  FAKE_M_STOP_VALUE_MID_PART = 86 /* STOP-3: stop writes the last value at once; the running part goes on to its end */
+  FAKE_M_STOP_VALUE_MID_PART = 86, /* STOP-3: stop writes the last value at once; the running part goes on to its end */
+  FAKE_M_PREPARE_RESTARTS_PREPARED = 87 /* CODE-7: a prepare of an f whose entry only a prepare made makes it again */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

@@ -251,6 +251,44 @@ let code7_prepare_idle (module P : Package) ~seed =
             if after <> before then
               K.flag s "a prepare of %S, which had an entry, after another image of the device was loaded and unloaded, changed free Device memory from %d to %d bytes" f before after)
 
+(* CODE-7, "or a started prepare": a prepare of f with no entry yet starts
+   f's making; once its scratch shows in free Device memory, 1-2 more
+   prepares must start nothing (free memory stays, measured 0.3 s later, as
+   a prepare may start work on a thread of its own).  Unjudged when the
+   first prepare's scratch never showed within 1 s: a prepare that starts
+   nothing (or one the measure starved) says nothing of a started one. *)
+let code7_prepare_started (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-7" ~seed (fun s ->
+      if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
+      let dev = K.open_first s in
+      let need = 4096 * (4 + K.int s 8) in
+      let before = K.free_bytes s dev in
+      let i, f = K.scratch_image s dev need in
+      let loaded = K.free_bytes s dev in
+      let prepare () = try Prim.masked (fun () -> P.D.prepare i.image f) with _ -> () in
+      prepare ();
+      let deadline = Unix.gettimeofday () +. 1. in
+      let rec made () =
+        let free = K.free_bytes s dev in
+        if free <= loaded - need then Some free
+        else if Unix.gettimeofday () > deadline then None
+        else (Thread.delay 0.03; made ())
+      in
+      match made () with
+      | None ->
+          Case.report_unjudged
+            [ ("CODE-7", spf "a prepare of %S made no %d bytes of scratch seen in free Device memory within 1 s" f need) ]
+      | Some started ->
+          let times = 1 + K.int s 2 in
+          for _ = 1 to times do prepare () done;
+          Thread.delay 0.3;
+          let after = K.free_bytes s dev in
+          if after < started then
+            K.flag s
+              "%d more prepare(s) of %S, whose making a prepare had started (free Device memory %d bytes before any, %d once it was made), took %d bytes more"
+              times f before started (started - after))
+
 let cases =
   [
     case "probe.CODE-1.image" "CODE-1" code1_image;
@@ -259,4 +297,5 @@ let cases =
     case "probe.CODE-5.too-big" "CODE-5" code5_too_big;
     case "probe.CODE-6.prepare-silent" "CODE-6" code6_prepare;
     case "probe.CODE-7.prepare-idle" "CODE-7" code7_prepare_idle;
+    case "probe.CODE-7.prepare-started" "CODE-7" code7_prepare_started;
   ]
