@@ -289,6 +289,72 @@ let code7_prepare_started (module P : Package) ~seed =
               "%d more prepare(s) of %S, whose making a prepare had started (free Device memory %d bytes before any, %d once it was made), took %d bytes more"
               times f before started (started - after))
 
+(* CODE-7, "a prepare that raises must have changed nothing": rig calls
+   prepare masked, so what can end it is an asynchronous exception raised
+   at an allocation (a Gc.Memprof callback's, as Async_inject raises).  A
+   prepare of a fresh image's scratch function is ended at its k-th
+   allocation, for each k up to 16 of those a plain prepare makes; free
+   Device memory must then be as before it (measured at once, and once
+   more 0.3 s after the last point, for work a prepare handed to a thread
+   of its own). *)
+exception Prepare_interrupted
+
+let code7_prepare_raises (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-7" ~seed (fun s ->
+      if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
+      let dev = K.open_first s in
+      let need = 4096 * (4 + K.int s 8) in
+      (* prepare ended at its [at]-th allocation on this thread (never for
+         0); answers whether it was, and how many allocations it made *)
+      let prepare ~at (i : K.img) f =
+        let tid = Thread.id (Thread.self ()) in
+        let made = ref 0 and armed = Atomic.make true in
+        Alloc_points.use (fun () ->
+            if Atomic.get armed && Thread.id (Thread.self ()) = tid then begin
+              incr made;
+              if !made = at then begin
+                Atomic.set armed false;
+                raise Prepare_interrupted
+              end
+            end);
+        let ended = match Prim.masked (fun () -> P.D.prepare i.image f) with () -> false | exception Prepare_interrupted -> true | exception _ -> false in
+        Atomic.set armed false;
+        Alloc_points.use ignore;
+        (ended, !made)
+      in
+      let census_img, f = K.scratch_image s dev need in
+      let _, allocations = prepare ~at:0 census_img f in
+      K.unload_img census_img;
+      if allocations = 0 then
+        Case.report_unjudged [ ("CODE-7", spf "a prepare of %S made no allocation: no point where an asynchronous exception lands" f) ]
+      else
+        (* the points in order, up to the first that took memory *)
+        let rec try_from at ended_at =
+          if at > min allocations 16 then `Clean ended_at
+          else
+            let i, f = K.scratch_image s dev need in
+            let before = K.free_bytes s dev in
+            let ended, _ = prepare ~at i f in
+            let after = if ended then K.free_bytes s dev else before in
+            K.unload_img i;
+            if after < before then begin
+              K.flag s "a prepare of %S that an asynchronous exception ended at its allocation %d (of %d) took %d bytes of Device memory"
+                f at allocations (before - after);
+              `Flagged
+            end
+            else try_from (at + 1) (if ended then Some at else ended_at)
+        in
+        match try_from 1 None with
+        | `Flagged | `Clean None -> ()
+        | `Clean (Some at) ->
+            let after = K.free_bytes s dev in
+            Thread.delay 0.3;
+            let later = K.free_bytes s dev in
+            if later < after then
+              K.flag s "0.3 s after prepares of %S that asynchronous exceptions ended (the last at its allocation %d), with their images unloaded, %d more bytes of Device memory were taken"
+                f at (after - later))
+
 let cases =
   [
     case "probe.CODE-1.image" "CODE-1" code1_image;
@@ -298,4 +364,5 @@ let cases =
     case "probe.CODE-6.prepare-silent" "CODE-6" code6_prepare;
     case "probe.CODE-7.prepare-idle" "CODE-7" code7_prepare_idle;
     case "probe.CODE-7.prepare-started" "CODE-7" code7_prepare_started;
+    case "probe.CODE-7.prepare-raises" "CODE-7" code7_prepare_raises;
   ]
