@@ -95,7 +95,7 @@ let main args =
         if drv.fault_injection && o.sweep then Fault_sweep.census o (Known_cases.rig_cases_of selected) else []
       in
       let points, batch = if census = [] then ([], fun _ -> 1) else Fault_sweep.points o census in
-      let results = Session.run_jobs ~batch o ~what:"certify" (jobs @ points) in
+      let results = Session.run_jobs ~batch ~limit:(Fault_sweep.point_limit o census) o ~what:"certify" (jobs @ points) in
       let lines = Report.verdicts ~cases:(Known_cases.all_cases ()) ~selected results in
       Report.print_table ~color:o.color lines;
       write ~declared:(drv.kit @ [ ("fault_injection", drv.fault_injection) ]) lines results;

@@ -14,6 +14,11 @@ val census : Cli.opts -> Case.t list -> Runner.result list
     (--random, --shard applied), and the batch size of each job's child. *)
 val points : Cli.opts -> Runner.result list -> Runner.job list * (Runner.job -> int)
 
+(** [point_limit o census job]: the time limit of a sweep's point, from its
+    scenario's clean run in [census] (10 s and 20 times that run); None for
+    a job that is no point, or with --timeout. *)
+val point_limit : Cli.opts -> Runner.result list -> Runner.job -> float option
+
 (** [sweep_runs ?with_census o cases]: the injected runs of [cases], and,
     [with_census], the counting runs too (certify has its own). *)
 val sweep_runs : ?with_census:bool -> Cli.opts -> Case.t list -> Runner.result list

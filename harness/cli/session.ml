@@ -98,12 +98,13 @@ let progress_printer ~what (jobs : Runner.job list) =
     end
     else if done_ = total || done_ mod 50 = 0 || done_ = 1 then Printf.eprintf "%s\n%!" (line ())
 
-let run_jobs ?batch ?crowd (o : Cli.opts) ~what jobs =
+let run_jobs ?batch ?crowd ?(limit = fun _ -> None) (o : Cli.opts) ~what jobs =
   let before = Runner.crowd_confirmations () in
   let results =
     Runner.run_all ?batch ?crowd ~parallel:(Cli.jobs o)
       ~cost:(fun (j : Runner.job) -> Option.value ~default:0. (Case_limits.seconds_on_fake j.case.name))
-      ~limit:(fun (j : Runner.job) -> Known_cases.limit ~timeout:o.timeout j.case.name)
+      ~limit:(fun (j : Runner.job) ->
+        match limit j with Some l -> l | None -> Known_cases.limit ~timeout:o.timeout j.case.name)
       ~progress:(progress_printer ~what jobs) ~stop:stopped jobs
   in
   let again, gone = Runner.crowd_confirmations () in

@@ -34,7 +34,15 @@ val chosen_mutant : cmd:string -> Cli.opts -> Drivers.info -> (string * string *
 (** The shard of the jobs (--shard I/N): every N-th from the I-th. *)
 val in_shard : Cli.opts -> 'a list -> 'a list
 
-(** [run_jobs ?batch ?crowd o ~what jobs]: the jobs in children, [o.jobs] at once
-    (beyond it while the cores idle unless [crowd] is false, Runner.run_all),
-    each under its limit, with a progress line on stderr. *)
-val run_jobs : ?batch:(Runner.job -> int) -> ?crowd:bool -> Cli.opts -> what:string -> Runner.job list -> Runner.result list
+(** [run_jobs ?batch ?crowd ?limit o ~what jobs]: the jobs in children,
+    [o.jobs] at once (beyond it while the cores idle unless [crowd] is false,
+    Runner.run_all), each under its limit ([limit]'s where it answers one,
+    else its case's, Known_cases.limit), with a progress line on stderr. *)
+val run_jobs :
+  ?batch:(Runner.job -> int) ->
+  ?crowd:bool ->
+  ?limit:(Runner.job -> float option) ->
+  Cli.opts ->
+  what:string ->
+  Runner.job list ->
+  Runner.result list
