@@ -251,53 +251,88 @@ let code7_prepare_idle (module P : Package) ~seed =
             if after <> before then
               K.flag s "a prepare of %S, which had an entry, after another image of the device was loaded and unloaded, changed free Device memory from %d to %d bytes" f before after)
 
-(* CODE-7, "or a started prepare": a prepare of f with no entry yet starts
-   f's making; once its scratch shows in free Device memory, 1-2 more
-   prepares must start nothing (free memory stays, measured 0.3 s later, as
-   a prepare may start work on a thread of its own).  Unjudged when the
-   first prepare's scratch never showed within 1 s: a prepare that starts
-   nothing (or one the measure starved) says nothing of a started one. *)
+(* CODE-7, "or a started prepare": prepares of f with no entry, made at
+   once (one on a thread of the probe's, the others back to back on this
+   one), must make what one prepare makes, no more: the first starts f's
+   making, and the others find it started.  What one prepare makes is
+   measured first, on another image: its scratch must show in free Device
+   memory within 1 s (else unjudged: a prepare that starts nothing says
+   nothing of a started one), and 0.3 s more are let pass, as each measure
+   does, for work a prepare handed to a thread of its own. *)
 let code7_prepare_started (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"CODE-7" ~seed (fun s ->
       if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
       let dev = K.open_first s in
       let need = 4096 * (4 + K.int s 8) in
-      let before = K.free_bytes s dev in
-      let i, f = K.scratch_image s dev need in
-      let loaded = K.free_bytes s dev in
-      let prepare () = try Prim.masked (fun () -> P.D.prepare i.image f) with _ -> () in
-      prepare ();
-      let deadline = Unix.gettimeofday () +. 1. in
-      let rec made () =
-        let free = K.free_bytes s dev in
-        if free <= loaded - need then Some free
-        else if Unix.gettimeofday () > deadline then None
-        else (Thread.delay 0.03; made ())
+      let prepare (i : K.img) f () = try Prim.masked (fun () -> P.D.prepare i.image f) with _ -> () in
+      (* the bytes [start] took of free Device memory, once its making showed
+         and 0.3 s more passed; None if nothing showed within 1 s *)
+      let taken start =
+        let i, f = K.scratch_image s dev need in
+        let loaded = K.free_bytes s dev in
+        start i f;
+        let deadline = Unix.gettimeofday () +. 1. in
+        let rec shown () =
+          if K.free_bytes s dev <= loaded - need then true
+          else if Unix.gettimeofday () > deadline then false
+          else (Thread.delay 0.03; shown ())
+        in
+        if shown () then begin
+          Thread.delay 0.3;
+          Some (f, loaded - K.free_bytes s dev)
+        end
+        else None
       in
-      match made () with
+      match taken (fun i f -> prepare i f ()) with
       | None ->
           Case.report_unjudged
-            [ ("CODE-7", spf "a prepare of %S made no %d bytes of scratch seen in free Device memory within 1 s" f need) ]
-      | Some started ->
-          let times = 1 + K.int s 2 in
-          for _ = 1 to times do prepare () done;
-          Thread.delay 0.3;
-          let after = K.free_bytes s dev in
-          if after < started then
-            K.flag s
-              "%d more prepare(s) of %S, whose making a prepare had started (free Device memory %d bytes before any, %d once it was made), took %d bytes more"
-              times f before started (started - after))
+            [ ("CODE-7", spf "a prepare made no %d bytes of scratch seen in free Device memory within 1 s" need) ]
+      | Some (_, one) -> (
+          let times = 2 + K.int s 2 in
+          let at_once i f =
+            let beside = Thread.create (prepare i f) () in
+            for _ = 2 to times do prepare i f () done;
+            Thread.join beside
+          in
+          match taken at_once with
+          | Some (f, all) when all > one ->
+              K.flag s
+                "%d prepares of %S at once (one on another thread), with no entry, took %d bytes of Device memory, where one prepare takes %d: a started prepare was started again"
+                times f all one
+          | _ -> ()))
 
 (* CODE-7, "a prepare that raises must have changed nothing": rig calls
-   prepare masked, so what can end it is an asynchronous exception raised
-   at an allocation (a Gc.Memprof callback's, as Async_inject raises).  A
-   prepare of a fresh image's scratch function is ended at its k-th
-   allocation, for each k up to 16 of those a plain prepare makes; free
-   Device memory must then be as before it (measured at once, and once
-   more 0.3 s after the last point, for work a prepare handed to a thread
-   of its own). *)
+   prepare masked, so what can end it is an asynchronous exception: one a
+   Gc.Memprof callback raises at an allocation (as Async_inject does), or a
+   signal's handler as a wait of the primitives ends.  A prepare of a fresh
+   image's scratch function is ended at each of its first 16 allocations of
+   its own, then at each of its first 3 waits; free Device memory must then
+   be as before it (measured at once, and once more 0.3 s after the last
+   point, for work a prepare handed to a thread of its own).  An allocation
+   of the primitives' own code (Lock.protect's bookkeeping once its body
+   returned) is no point: there an exception would end a prepare that had
+   done its work, in code no driver controls. *)
 exception Prepare_interrupted
+
+(* Whether the allocation a Memprof callback runs for is the driver's: the
+   first frame below Alloc_points' that is not the standard library's (its
+   files have no directory) is not the primitives', nor the probe's own. *)
+let drivers_allocation () =
+  let file slot = Option.map (fun (l : Printexc.location) -> l.filename) (Printexc.Slot.location slot) in
+  match Printexc.backtrace_slots (Printexc.get_callstack 24) with
+  | None -> true
+  | Some slots ->
+      let files = List.filter_map file (Array.to_list slots) in
+      let rec below_hook = function
+        | f :: rest when Filename.basename f = "alloc_points.ml" -> (
+            match List.find_opt (fun f -> String.contains f '/') rest with
+            | Some f -> not (List.mem (Filename.basename f) [ "rig_edge_primitives.ml"; "code_probes.ml"; "probes.ml" ])
+            | None -> true)
+        | _ :: rest -> below_hook rest
+        | [] -> true
+      in
+      below_hook files
 
 let code7_prepare_raises (module P : Package) ~seed =
   let module K = Kit (P) in
@@ -305,55 +340,68 @@ let code7_prepare_raises (module P : Package) ~seed =
       if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
       let dev = K.open_first s in
       let need = 4096 * (4 + K.int s 8) in
-      (* prepare ended at its [at]-th allocation on this thread (never for
-         0); answers whether it was, and how many allocations it made *)
-      let prepare ~at (i : K.img) f =
+      (* prepare ended at its [at]-th point on this thread (never for 0);
+         answers whether it was, and how many allocations it made *)
+      let prepare ~at ~on_wait (i : K.img) f =
         let tid = Thread.id (Thread.self ()) in
         let made = ref 0 and armed = Atomic.make true in
-        Alloc_points.use (fun () ->
-            if Atomic.get armed && Thread.id (Thread.self ()) = tid then begin
-              incr made;
-              if !made = at then begin
-                Atomic.set armed false;
-                raise Prepare_interrupted
-              end
-            end);
+        if on_wait then begin
+          Sys.set_signal Sys.sigusr2 (Sys.Signal_handle (fun _ -> if Atomic.exchange armed false then raise Prepare_interrupted));
+          Prim.signal_at_wait at
+        end
+        else
+          Alloc_points.use (fun () ->
+              if Atomic.get armed && Thread.id (Thread.self ()) = tid && drivers_allocation () then begin
+                incr made;
+                if !made = at then begin
+                  Atomic.set armed false;
+                  raise Prepare_interrupted
+                end
+              end);
+        (* SIGUSR2 open outside the mask, as a program's thread has it: a
+           wait gives the thread that mask back while it blocks *)
+        let old = Thread.sigmask Unix.SIG_UNBLOCK [ Sys.sigusr2 ] in
+        let waits = Prim.waits () in
         let ended = match Prim.masked (fun () -> P.D.prepare i.image f) with () -> false | exception Prepare_interrupted -> true | exception _ -> false in
         Atomic.set armed false;
-        Alloc_points.use ignore;
-        (ended, !made)
+        if on_wait then Prim.signal_at_wait 0 else Alloc_points.use ignore;
+        ignore (Thread.sigmask Unix.SIG_SETMASK old);
+        (ended, !made, Prim.waits () - waits)
       in
       let census_img, f = K.scratch_image s dev need in
-      let _, allocations = prepare ~at:0 census_img f in
+      let _, allocations, waits = prepare ~at:0 ~on_wait:false census_img f in
       K.unload_img census_img;
-      if allocations = 0 then
-        Case.report_unjudged [ ("CODE-7", spf "a prepare of %S made no allocation: no point where an asynchronous exception lands" f) ]
-      else
-        (* the points in order, up to the first that took memory *)
-        let rec try_from at ended_at =
-          if at > min allocations 16 then `Clean ended_at
-          else
+      let points =
+        List.init (min allocations 16) (fun k -> (k + 1, false)) @ List.init (min waits 3) (fun k -> (k + 1, true))
+      in
+      (* the points in order, up to the first that took memory *)
+      let rec try_points ended_at = function
+        | [] -> `Clean ended_at
+        | (at, on_wait) :: rest ->
             let i, f = K.scratch_image s dev need in
             let before = K.free_bytes s dev in
-            let ended, _ = prepare ~at i f in
+            let ended, _, _ = prepare ~at ~on_wait i f in
             let after = if ended then K.free_bytes s dev else before in
             K.unload_img i;
+            let where = spf "its %s %d" (if on_wait then "wait" else "allocation") at in
             if after < before then begin
-              K.flag s "a prepare of %S that an asynchronous exception ended at its allocation %d (of %d) took %d bytes of Device memory"
-                f at allocations (before - after);
+              K.flag s "a prepare of %S that an asynchronous exception ended at %s took %d bytes of Device memory" f where
+                (before - after);
               `Flagged
             end
-            else try_from (at + 1) (if ended then Some at else ended_at)
-        in
-        match try_from 1 None with
-        | `Flagged | `Clean None -> ()
-        | `Clean (Some at) ->
-            let after = K.free_bytes s dev in
-            Thread.delay 0.3;
-            let later = K.free_bytes s dev in
-            if later < after then
-              K.flag s "0.3 s after prepares of %S that asynchronous exceptions ended (the last at its allocation %d), with their images unloaded, %d more bytes of Device memory were taken"
-                f at (after - later))
+            else try_points (if ended then Some where else ended_at) rest
+      in
+      match try_points None points with
+      | `Flagged -> ()
+      | `Clean None ->
+          Case.report_unjudged [ ("CODE-7", spf "no asynchronous exception ended a prepare of %S: it has no allocation or wait of its own" f) ]
+      | `Clean (Some where) ->
+          let after = K.free_bytes s dev in
+          Thread.delay 0.3;
+          let later = K.free_bytes s dev in
+          if later < after then
+            K.flag s "0.3 s after prepares of %S that asynchronous exceptions ended (the last at %s), with their images unloaded, %d more bytes of Device memory were taken"
+              f where (after - later))
 
 let cases =
   [
