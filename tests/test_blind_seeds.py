@@ -36,6 +36,7 @@ SETS = [
     ("test_blind_st6", "BLINDST6"),
     ("test_blind_st3", "BLINDST3"),
     ("test_blind_pr", "BLINDPR"),
+    ("test_blind_c7", "BLINDC7"),
 ]
 
 

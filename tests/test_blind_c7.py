@@ -1,0 +1,97 @@
+"""Drivers about CODE-7 ("A prepare of an f that has an entry or a started
+prepare must start nothing, and a prepare that raises must have changed
+nothing"), written blind: a regression set for the CODE-7 probes.
+
+drivers/blindc7/ (one plugin, blindc7.cmxs): hostmem's device with its
+entry and prepare (and what they share: a per-image record of entries and
+started prepares, helper threads, a program cache) changed per driver.  A
+helper wrote them from the document (spec/) and the installed interface
+alone, with the table of what each does (and the sentences) at the top of
+drivers/blindc7/blindc7.ml, before the certifier ran on any;
+drivers/blindc7/check/ (c7check.exe) is the author's own check that each
+bug is real.
+
+Broken drivers: the set of clauses whose verdict is `fail` must be exactly
+the one given.
+
+| driver              | its prepare | clause |
+|---------------------|-------------|--------|
+| c7-finished-only    | a helper thread compiles f (50-300 ms); "already started?" looks at finished entries only: a second prepare before the first finished starts a second helper | CODE-7 |
+| c7-after-entry      | compiles into a "prepared" handle; its check is a flag only prepare sets: for an f whose entry entry made, prepare compiles again | CODE-7 |
+| c7-reserve-then-log | reserves the scratch into a local, formats a log line, waits for an "upload", then records it: an asynchronous exception between leaves the scratch charged | CODE-7 |
+| c7-handler-forgets  | reserves into a staging field, uploads (a wait), promotes; its handler gives back the pending mark only | CODE-7 |
+| c7-cache-flushed    | compiles into a device program cache whose index anything that frees Device memory drops; its check looks only at that cache | CODE-7 |
+| c7-raise-leaves-job | a helper reserves at once, acknowledges, compiles; prepare waits for the acknowledgement: an exception at that wait leaves the job running | CODE-7 |
+| c7-check-then-mark  | checks "no entry, none started" under the lock, lets go of it for a 2-ms read, then compiles without checking again: two prepares at once both compile | CODE-7 |
+
+Conforming drivers: every clause's verdict must be hostmem's.
+
+| driver                | its prepare |
+|-----------------------|-------------|
+| c7-ok-slow-async      | c7-finished-only with the check fixed (pending prepares count) |
+| c7-ok-nothing         | nothing |
+| c7-ok-sync            | makes the entry synchronously, straight into the record |
+| c7-ok-guarded         | c7-reserve-then-log made exception-safe |
+| c7-ok-cancel-on-raise | c7-raise-leaves-job whose handler cancels the job |
+| c7-ok-cache           | c7-cache-flushed whose miss falls back to the image's own record |
+"""
+
+import pytest
+
+from test_blind_set import ROOT, certify, explain, hostmem, verdicts  # noqa: F401 (hostmem: a fixture)
+
+BLINDC7 = ROOT / "_build" / "default" / "drivers" / "blindc7" / "blindc7.cmxs"
+
+BROKEN = {
+    "c7-finished-only": "CODE-7",
+    "c7-after-entry": "CODE-7",
+    "c7-reserve-then-log": "CODE-7",
+    "c7-handler-forgets": "CODE-7",
+    "c7-cache-flushed": "CODE-7",
+    "c7-raise-leaves-job": "CODE-7",
+    "c7-check-then-mark": "CODE-7",
+}
+
+# The certifier's misses: driver -> what it said.  The expectation above
+# stays; the mark comes off once the certifier catches it.
+MISSED = {
+    # probe.CODE-7.prepare-raises unloads each image right after measuring:
+    # the job an interrupted prepare left running then finds the image
+    # unloaded and reserves nothing.  It is caught only when the helper
+    # reserves before the measure (a race: 1 seed of 6), so the mark is
+    # not strict.
+    "c7-raise-leaves-job": "missed: CODE-7 pass (the job left running sees the image unloaded) [caught at some seeds only]",
+}
+
+# No conforming driver's verdict differs from hostmem's.
+CONFORMING = {
+    "c7-ok-slow-async": {},
+    "c7-ok-nothing": {},
+    "c7-ok-sync": {},
+    "c7-ok-guarded": {},
+    "c7-ok-cancel-on-raise": {},
+    "c7-ok-cache": {},
+}
+
+
+def broken_params():
+    return [
+        pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=MISSED[n])) if n in MISSED else n
+        for n in sorted(BROKEN)
+    ]
+
+
+@pytest.mark.parametrize("driver", broken_params())
+def test_broken_fails_exactly_its_clause(driver, tmp_path):
+    data = certify(BLINDC7, driver, tmp_path)
+    failed = {i for i, v in verdicts(data).items() if v == "fail"}
+    assert failed == {BROKEN[driver]}, explain(data, failed | {BROKEN[driver]})
+
+
+@pytest.mark.parametrize("driver", sorted(CONFORMING))
+def test_conforming_gets_hostmems_verdicts(driver, hostmem, tmp_path):  # noqa: F811
+    data = certify(BLINDC7, driver, tmp_path)
+    mine = verdicts(data)
+    expected = {**verdicts(hostmem), **CONFORMING[driver]}
+    differ = {i for i in mine if mine[i] != expected.get(i)}
+    assert not differ, "verdicts that differ from the expected ones:\n" + explain(data, differ)
