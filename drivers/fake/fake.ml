@@ -411,10 +411,6 @@ module D = struct
               (* Makes the entry at once, and says when memory is short. *)
               if c_entry i.iptr k = -2 then failwith (Printf.sprintf "fake: prepare %s: no memory for its scratch" f)
             end
-            else if i.on.mut = m_prepare_leaks_on_raise then begin
-              c_prepare i.iptr k;
-              prepare_trace := Printf.sprintf "prepared %s (function %d)" f k
-            end
             else if i.on.mut = m_prepare_c_lock_uncounted then c_prepare_traced i.iptr k (fun k -> prepare_trace := Printf.sprintf "prepare %s (function %d)" f k)
             else c_prepare i.iptr k)
 

@@ -55,7 +55,6 @@ let mutant_table =
     ("prepare-reports-oom", "CODE-6", "prepare raises Failure when the entry it makes finds no memory for the function's scratch", 48);
     ("prepare-restarts", "CODE-7", "prepare of an f with an entry makes (and leaks) its scratch again", 11);
     ("prepare-restarts-after-unload", "CODE-7", "after an image of the device is unloaded, the next prepare of an f with an entry makes (and leaks) its scratch again", 81);
-    ("prepare-leaks-on-raise", "CODE-7", "prepare makes f's entry, then records a line of trace (an allocation): an asynchronous exception there ends a prepare that made something", 88);
     ("prepare-restarts-prepared", "CODE-7", "a prepare of an f whose entry a prepare made, and no entry asked for yet, makes (and leaks) its scratch again", 87);
     ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
     ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
@@ -160,7 +159,6 @@ let m_make_table_uncounted = 77
 let m_grow_stats_uncounted = 78
 let m_signaled_consumes_fault = 79
 let m_peer_two_opens = 83
-let m_prepare_leaks_on_raise = 88
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

@@ -159,28 +159,44 @@ module D = struct
     | Error e -> Error e
     | Ok fns -> Ok { dev = d; fns; lock = Prim.Lock.create "hostmem.image"; entries = Hashtbl.create 8 }
 
+  (* CODE-5: more scratch than the device has in all. *)
+  let fits f n =
+    if n > capacity then
+      invalid_arg (Printf.sprintf "hostmem: %s needs %d bytes of scratch, the device has %d in all" f n capacity)
+
   (* Makes the entry of f, whatever the image made before: the scratch memory
      its launches use, charged to the device. *)
   let compile i f =
     match List.assoc_opt f i.fns with
     | None -> Absent
     | Some (k, n) ->
-        let cap = capacity in
-        if n > cap then
-          invalid_arg (Printf.sprintf "hostmem: %s needs %d bytes of scratch, the device has %d in all" f n cap);
+        fits f n;
         let h = c_entry i.dev.c (kind_code k) (round_up n word) in
         if h = 0 then No_memory (max n word) else Entry (Int64.of_int h)
 
+  (* The table's slot is made before the scratch is charged and filled in
+     place after (Hashtbl.replace of a key it holds allocates nothing): no
+     allocation comes between the charge and its record, where an
+     asynchronous exception would leave the scratch charged for good.  A
+     slot of 0 is one such an exception left empty. *)
   let entry i f =
     Prim.Lock.protect i.lock (fun () ->
         match Hashtbl.find_opt i.entries f with
-        | Some h -> Entry (Int64.of_int h)
-        | None -> (
-            match compile i f with
-            | Entry h as e ->
-                Hashtbl.replace i.entries f (Int64.to_int h);
-                e
-            | a -> a))
+        | Some h when h <> 0 -> Entry (Int64.of_int h)
+        | _ -> (
+            match List.assoc_opt f i.fns with
+            | None -> Absent
+            | Some (k, n) ->
+                fits f n;
+                let code = kind_code k and bytes = round_up n word in
+                Hashtbl.replace i.entries f 0;
+                let h = c_entry i.dev.c code bytes in
+                Hashtbl.replace i.entries f h;
+                if h = 0 then begin
+                  Hashtbl.remove i.entries f;
+                  No_memory (max n word)
+                end
+                else Entry (Int64.of_int h)))
 
   (* Making an entry is quick here: doing nothing is a valid prepare (CODE-6,
      CODE-7); the next entry makes it. *)
@@ -188,7 +204,7 @@ module D = struct
 
   let unload i =
     Prim.Lock.protect i.lock (fun () ->
-        Hashtbl.iter (fun _ h -> ignore (c_free i.dev.c h)) i.entries;
+        Hashtbl.iter (fun _ h -> if h <> 0 then ignore (c_free i.dev.c h)) i.entries;
         Hashtbl.reset i.entries)
 
   let grow d = match c_grow d.c with 0 -> Grown | n -> Short n

@@ -318,107 +318,6 @@ let code7_prepare_started (module P : Package) ~seed =
           in
           attempt 1))
 
-(* CODE-7, "a prepare that raises must have changed nothing": rig calls
-   prepare masked, so what can end it is an asynchronous exception: one a
-   Gc.Memprof callback raises at an allocation (as Async_inject does), or a
-   signal's handler as a wait of the primitives ends.  A prepare of a fresh
-   image's scratch function is ended at each of its first 16 allocations of
-   its own, then at each of its first 3 waits; free Device memory must then
-   be as before it (measured at once, and once more 0.3 s after the last
-   point, for work a prepare handed to a thread of its own).  An allocation
-   of the primitives' own code (Lock.protect's bookkeeping once its body
-   returned) is no point: there an exception would end a prepare that had
-   done its work, in code no driver controls. *)
-exception Prepare_interrupted
-
-(* Whether the allocation a Memprof callback runs for is the driver's: the
-   first frame below Alloc_points' that is not the standard library's (its
-   files have no directory) is not the primitives', nor the probe's own. *)
-let drivers_allocation () =
-  let file slot = Option.map (fun (l : Printexc.location) -> l.filename) (Printexc.Slot.location slot) in
-  match Printexc.backtrace_slots (Printexc.get_callstack 24) with
-  | None -> true
-  | Some slots ->
-      let files = List.filter_map file (Array.to_list slots) in
-      let rec below_hook = function
-        | f :: rest when Filename.basename f = "alloc_points.ml" -> (
-            match List.find_opt (fun f -> String.contains f '/') rest with
-            | Some f -> not (List.mem (Filename.basename f) [ "rig_edge_primitives.ml"; "code_probes.ml"; "probes.ml" ])
-            | None -> true)
-        | _ :: rest -> below_hook rest
-        | [] -> true
-      in
-      below_hook files
-
-let code7_prepare_raises (module P : Package) ~seed =
-  let module K = Kit (P) in
-  K.run ~clause:"CODE-7" ~seed (fun s ->
-      if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
-      let dev = K.open_first s in
-      let need = 4096 * (4 + K.int s 8) in
-      (* prepare ended at its [at]-th point on this thread (never for 0);
-         answers whether it was, and how many allocations it made *)
-      let prepare ~at ~on_wait (i : K.img) f =
-        let tid = Thread.id (Thread.self ()) in
-        let made = ref 0 and armed = Atomic.make true in
-        if on_wait then begin
-          Sys.set_signal Sys.sigusr2 (Sys.Signal_handle (fun _ -> if Atomic.exchange armed false then raise Prepare_interrupted));
-          Prim.signal_at_wait at
-        end
-        else
-          Alloc_points.use (fun () ->
-              if Atomic.get armed && Thread.id (Thread.self ()) = tid && drivers_allocation () then begin
-                incr made;
-                if !made = at then begin
-                  Atomic.set armed false;
-                  raise Prepare_interrupted
-                end
-              end);
-        (* SIGUSR2 open outside the mask, as a program's thread has it: a
-           wait gives the thread that mask back while it blocks *)
-        let old = Thread.sigmask Unix.SIG_UNBLOCK [ Sys.sigusr2 ] in
-        let waits = Prim.waits () in
-        let ended = match Prim.masked (fun () -> P.D.prepare i.image f) with () -> false | exception Prepare_interrupted -> true | exception _ -> false in
-        Atomic.set armed false;
-        if on_wait then Prim.signal_at_wait 0 else Alloc_points.use ignore;
-        ignore (Thread.sigmask Unix.SIG_SETMASK old);
-        (ended, !made, Prim.waits () - waits)
-      in
-      let census_img, f = K.scratch_image s dev need in
-      let _, allocations, waits = prepare ~at:0 ~on_wait:false census_img f in
-      K.unload_img census_img;
-      let points =
-        List.init (min allocations 16) (fun k -> (k + 1, false)) @ List.init (min waits 3) (fun k -> (k + 1, true))
-      in
-      (* the points in order, up to the first that took memory *)
-      let rec try_points ended_at = function
-        | [] -> `Clean ended_at
-        | (at, on_wait) :: rest ->
-            let i, f = K.scratch_image s dev need in
-            let before = K.free_bytes s dev in
-            let ended, _, _ = prepare ~at ~on_wait i f in
-            let after = if ended then K.free_bytes s dev else before in
-            K.unload_img i;
-            let where = spf "its %s %d" (if on_wait then "wait" else "allocation") at in
-            if after < before then begin
-              K.flag s "a prepare of %S that an asynchronous exception ended at %s took %d bytes of Device memory" f where
-                (before - after);
-              `Flagged
-            end
-            else try_points (if ended then Some where else ended_at) rest
-      in
-      match try_points None points with
-      | `Flagged -> ()
-      | `Clean None ->
-          Case.report_unjudged [ ("CODE-7", spf "no asynchronous exception ended a prepare of %S: it has no allocation or wait of its own" f) ]
-      | `Clean (Some where) ->
-          let after = K.free_bytes s dev in
-          Thread.delay 0.3;
-          let later = K.free_bytes s dev in
-          if later < after then
-            K.flag s "0.3 s after prepares of %S that asynchronous exceptions ended (the last at %s), with their images unloaded, %d more bytes of Device memory were taken"
-              f where (after - later))
-
 let cases =
   [
     case "probe.CODE-1.image" "CODE-1" code1_image;
@@ -428,5 +327,4 @@ let cases =
     case "probe.CODE-6.prepare-silent" "CODE-6" code6_prepare;
     case "probe.CODE-7.prepare-idle" "CODE-7" code7_prepare_idle;
     case "probe.CODE-7.prepare-started" "CODE-7" code7_prepare_started;
-    case "probe.CODE-7.prepare-raises" "CODE-7" code7_prepare_raises;
   ]
