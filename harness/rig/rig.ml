@@ -139,9 +139,9 @@ module Make (D : Rig_edge.Driver) = struct
       images = []; kept = [] }
 
   (* stop is called once (CNT-1), with the Fault that lost the device (STOP-1). *)
-  let call_stop dev ~fault =
+  let call_stop ?(raised = fun _ -> ()) dev ~fault =
     dev.stopped <- true;
-    try P.masked (fun () -> D.stop dev.d ~fault) with _ -> ()
+    try P.masked (fun () -> D.stop dev.d ~fault) with _ -> raised dev
 
   let stop = step (fun dev -> if not dev.stopped then call_stop dev ~fault:dev.fault)
 
@@ -476,11 +476,8 @@ module Make (D : Rig_edge.Driver) = struct
       let raised : device list ref = ref []
 
       let stop dev =
-        if not dev.stopped then begin
-          dev.stopped <- true;
-          try P.masked (fun () -> D.stop dev.d ~fault:dev.fault)
-          with _ -> with_rig (fun () -> raised := dev :: !raised)
-        end
+        if not dev.stopped then
+          call_stop dev ~fault:dev.fault ~raised:(fun dev -> with_rig (fun () -> raised := dev :: !raised))
 
       let await_word dev = with_rig (fun () -> List.memq dev !raised) || await_word_conforming dev
     end
