@@ -54,15 +54,7 @@ BROKEN = {
 
 # The certifier's misses: driver -> what it said.  The expectation above
 # stays; the mark comes off once the certifier catches it.
-# "A prepare that raises must have changed nothing" has no check yet
-# (docs/observers.md, CODE-7's gap): a probe that flagged memory taken right
-# after an interrupted prepare caught the first two, but also failed
-# drivers whose prepare had recorded what it made before the exception.
-MISSED = {
-    "c7-reserve-then-log": "missed: CODE-7 pass (no check ends a prepare with an asynchronous exception)",
-    "c7-handler-forgets": "missed: CODE-7 pass (no check ends a prepare with an asynchronous exception)",
-    "c7-raise-leaves-job": "missed: CODE-7 pass (no check ends a prepare with an asynchronous exception)",
-}
+MISSED = {}
 
 # No conforming driver's verdict differs from hostmem's.
 CONFORMING = {

@@ -238,11 +238,23 @@ def hostmem(tmp_path_factory):
     return once_per_run("hostmem-seed1", certify_hostmem)
 
 
+# Clauses a broken driver also breaks, besides its own, found later.
+# bs-prepare-reports-oom's prepare calls the base's entry, which boxes the
+# handle c_entry reserved before it records it: an asynchronous exception
+# there ends a prepare that left the scratch taken for good, even after the
+# image's unload ("a prepare that raises must have changed nothing";
+# probe.CODE-7.prepare-raises).
+ALSO = {
+    "bs-prepare-reports-oom": {"CODE-7"},
+}
+
+
 @pytest.mark.parametrize("driver", params(sorted(BROKEN)))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     data = certify(BLINDSET, driver, tmp_path)
     failed = {i for i, v in verdicts(data).items() if v == "fail"}
-    assert failed == {BROKEN[driver]}, explain(data, failed | {BROKEN[driver]})
+    want = {BROKEN[driver]} | ALSO.get(driver, set())
+    assert failed == want, explain(data, failed | want)
 
 
 @pytest.mark.parametrize("driver", params(sorted(CONFORMING)))

@@ -411,6 +411,15 @@ module D = struct
               (* Makes the entry at once, and says when memory is short. *)
               if c_entry i.iptr k = -2 then failwith (Printf.sprintf "fake: prepare %s: no memory for its scratch" f)
             end
+            else if i.on.mut = m_prepare_reserves_then_logs then begin
+              (* The reservation is in no record until c_prepare's entry
+                 takes it over: nothing gives it back if the trace raises. *)
+              let scratch = c_scratch i.iptr k in
+              c_charge i.on.dev (kind_code E.Device) scratch;
+              prepare_trace := Printf.sprintf "prepare %s: %d bytes reserved" f scratch;
+              c_charge i.on.dev (kind_code E.Device) (-scratch);
+              c_prepare i.iptr k
+            end
             else if i.on.mut = m_prepare_c_lock_uncounted then c_prepare_traced i.iptr k (fun k -> prepare_trace := Printf.sprintf "prepare %s (function %d)" f k)
             else c_prepare i.iptr k)
 

@@ -318,6 +318,140 @@ let code7_prepare_started (module P : Package) ~seed =
           in
           attempt 1))
 
+(* CODE-7, "a prepare that raises must have changed nothing": rig calls
+   prepare masked, so what can end it is an asynchronous exception, which
+   rig follows with stop, free and unload.  What a raised prepare changed
+   therefore shows as what unload cannot give back, or as work that goes on
+   after the raise.  A prepare of a fresh image's scratch function is ended
+   at each of its first 16 allocations of its own (a Gc.Memprof callback's
+   exception, as Async_inject raises), then at each of its first 3 waits
+   (SIGUSR2 as the wait blocks).  After each, three things are judged:
+   - Device memory taken after the raise, with no call made (work the
+     prepare started goes on), within a window of 5 times what a whole
+     prepare took (at least 50 ms);
+   - after an ended wait, Device memory held when prepare raised: a wait is
+     a point the driver chose mid-work, where it knows an exception comes;
+   - Device memory still taken once the image is unloaded (never given
+     back), within 1 s.
+   Memory held right after an ended allocation is no finding: a prepare
+   that made and recorded its entry may raise on its way out (hostmem's
+   entry boxes its answer after recording it; so does Lock.protect's give),
+   and unload gives that back.  An allocation of the primitives' own code is
+   no point either: no driver decides anything there. *)
+exception Prepare_interrupted
+
+(* Whether the allocation a Memprof callback runs for is the driver's: the
+   first frame below Alloc_points' that is not the standard library's (its
+   files have no directory) is not the primitives', nor the probe's own. *)
+let drivers_allocation () =
+  let file slot = Option.map (fun (l : Printexc.location) -> l.filename) (Printexc.Slot.location slot) in
+  match Printexc.backtrace_slots (Printexc.get_callstack 24) with
+  | None -> true
+  | Some slots ->
+      let files = List.filter_map file (Array.to_list slots) in
+      let rec below_hook = function
+        | f :: rest when Filename.basename f = "alloc_points.ml" -> (
+            match List.find_opt (fun f -> String.contains f '/') rest with
+            | Some f -> not (List.mem (Filename.basename f) [ "rig_edge_primitives.ml"; "code_probes.ml"; "probes.ml" ])
+            | None -> true)
+        | _ :: rest -> below_hook rest
+        | [] -> true
+      in
+      below_hook files
+
+let code7_prepare_raises (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-7" ~seed (fun s ->
+      if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
+      let dev = K.open_first s in
+      let need = 4096 * (4 + K.int s 8) in
+      (* prepare ended at its [at]-th point on this thread (never for 0):
+         whether it was, its allocations of its own, its waits *)
+      let prepare ~at ~on_wait (i : K.img) f =
+        let tid = Thread.id (Thread.self ()) in
+        let made = ref 0 and armed = Atomic.make true in
+        if on_wait then begin
+          Sys.set_signal Sys.sigusr2 (Sys.Signal_handle (fun _ -> if Atomic.exchange armed false then raise Prepare_interrupted));
+          Prim.signal_at_wait at
+        end
+        else
+          Alloc_points.use (fun () ->
+              if Atomic.get armed && Thread.id (Thread.self ()) = tid && drivers_allocation () then begin
+                incr made;
+                if !made = at then begin
+                  Atomic.set armed false;
+                  raise Prepare_interrupted
+                end
+              end);
+        (* SIGUSR2 open outside the mask, as a program's thread has it: a
+           wait gives the thread that mask back while it blocks *)
+        let old = Thread.sigmask Unix.SIG_UNBLOCK [ Sys.sigusr2 ] in
+        let waits = Prim.waits () in
+        let ended = match Prim.masked (fun () -> P.D.prepare i.image f) with () -> false | exception Prepare_interrupted -> true | exception _ -> false in
+        Atomic.set armed false;
+        if on_wait then Prim.signal_at_wait 0 else Alloc_points.use ignore;
+        ignore (Thread.sigmask Unix.SIG_SETMASK old);
+        (ended, !made, Prim.waits () - waits)
+      in
+      let census_img, f = K.scratch_image s dev need in
+      let t0 = Unix.gettimeofday () in
+      let _, allocations, waits = prepare ~at:0 ~on_wait:false census_img f in
+      let window = Float.max 0.05 (5. *. (Unix.gettimeofday () -. t0)) in
+      K.unload_img census_img;
+      let points =
+        List.init (min allocations 16) (fun k -> (k + 1, false)) @ List.init (min waits 3) (fun k -> (k + 1, true))
+      in
+      (* free Device memory once it is at least [goal], or at [deadline] *)
+      let rec settled goal deadline =
+        let now = K.free_bytes s dev in
+        if now >= goal || Unix.gettimeofday () > deadline then now else (Thread.delay 0.01; settled goal deadline)
+      in
+      (* the least free Device memory seen until [deadline] *)
+      let rec lowest low deadline =
+        if Unix.gettimeofday () > deadline then low
+        else (Thread.delay 0.01; lowest (min low (K.free_bytes s dev)) deadline)
+      in
+      (* one point: a finding, or whether prepare was ended there *)
+      let judge (at, on_wait) =
+        let where = spf "its %s %d" (if on_wait then "wait" else "allocation") at in
+        let base = K.free_bytes s dev in
+        let i, f = K.scratch_image s dev need in
+        let before = K.free_bytes s dev in
+        let ended, _, _ = prepare ~at ~on_wait i f in
+        if not ended then (K.unload_img i; `Not_ended)
+        else
+          let raised = K.free_bytes s dev in
+          let later = lowest raised (Unix.gettimeofday () +. window) in
+          K.unload_img i;
+          let unloaded = settled base (Unix.gettimeofday () +. 1.) in
+          if later < raised then
+            `Found
+              (spf "a prepare of %S that an asynchronous exception ended at %s went on: %d more bytes of Device memory were taken within %.2f s after it raised, with no call made"
+                 f where (raised - later) window)
+          else if on_wait && raised < before then
+            `Found
+              (spf "a prepare of %S that an asynchronous exception ended at %s held %d bytes of Device memory when it raised" f where
+                 (before - raised))
+          else if unloaded < base then
+            `Found
+              (spf "a prepare of %S that an asynchronous exception ended at %s left %d bytes of Device memory taken for good: still taken 1 s after its image was unloaded"
+                 f where (base - unloaded))
+          else `Ended
+      in
+      (* the points in order, up to the first finding *)
+      let rec try_points ended = function
+        | [] ->
+            if not ended then
+              Case.report_unjudged
+                [ ("CODE-7", spf "no asynchronous exception ended a prepare of %S: it has no allocation or wait of its own" f) ]
+        | point :: rest -> (
+            match judge point with
+            | `Found why -> K.flag s "%s" why
+            | `Ended -> try_points true rest
+            | `Not_ended -> try_points ended rest)
+      in
+      try_points false points)
+
 let cases =
   [
     case "probe.CODE-1.image" "CODE-1" code1_image;
@@ -327,4 +461,5 @@ let cases =
     case "probe.CODE-6.prepare-silent" "CODE-6" code6_prepare;
     case "probe.CODE-7.prepare-idle" "CODE-7" code7_prepare_idle;
     case "probe.CODE-7.prepare-started" "CODE-7" code7_prepare_started;
+    case "probe.CODE-7.prepare-raises" "CODE-7" code7_prepare_raises;
   ]
