@@ -37,6 +37,7 @@ SETS = [
     ("test_blind_st3", "BLINDST3"),
     ("test_blind_pr", "BLINDPR"),
     ("test_blind_c7", "BLINDC7"),
+    ("test_blind_c7r", "BLINDC7R"),
 ]
 
 
