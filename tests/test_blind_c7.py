@@ -38,7 +38,7 @@ Conforming drivers: every clause's verdict must be hostmem's.
 
 import pytest
 
-from test_blind_set import ROOT, certify, explain, hostmem, verdicts  # noqa: F401 (hostmem: a fixture)
+from test_blind_set import ROOT, certify, explain, hostmem, params, verdicts  # noqa: F401 (hostmem: a fixture)
 
 BLINDC7 = ROOT / "_build" / "default" / "drivers" / "blindc7" / "blindc7.cmxs"
 
@@ -67,14 +67,7 @@ CONFORMING = {
 }
 
 
-def broken_params():
-    return [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=MISSED[n])) if n in MISSED else n
-        for n in sorted(BROKEN)
-    ]
-
-
-@pytest.mark.parametrize("driver", broken_params())
+@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     data = certify(BLINDC7, driver, tmp_path)
     failed = {i for i, v in verdicts(data).items() if v == "fail"}

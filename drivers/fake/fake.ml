@@ -84,6 +84,7 @@ type image = {
   iptr : nativeint;
   fns : (string * int) list;  (** name, index in the C image *)
   unloaded : bool Atomic.t;
+  mutable started : string list;  (** the prepare-marks-then-logs mutant's record *)
 }
 
 let names = [| "fake0"; "fake1"; "fake2" |]
@@ -378,6 +379,7 @@ module D = struct
                 iptr;
                 fns = List.mapi (fun i (n, _, _) -> (n, i)) fns;
                 unloaded = Atomic.make false;
+                started = [];
               })
 
   let loaded i fn = if Atomic.get i.unloaded then invalid_arg ("fake: " ^ fn ^ " of an unloaded image")
@@ -419,6 +421,15 @@ module D = struct
               prepare_trace := Printf.sprintf "prepare %s: %d bytes reserved" f scratch;
               c_charge i.on.dev (kind_code E.Device) (-scratch);
               c_prepare i.iptr k
+            end
+            else if i.on.mut = m_prepare_marks_then_logs then begin
+              (* Its "started" record is written before the work, and
+                 nothing takes it back if the trace raises. *)
+              if not (List.mem f i.started) then begin
+                i.started <- f :: i.started;
+                prepare_trace := Printf.sprintf "prepare %s: started" f;
+                c_prepare i.iptr k
+              end
             end
             else if i.on.mut = m_prepare_c_lock_uncounted then c_prepare_traced i.iptr k (fun k -> prepare_trace := Printf.sprintf "prepare %s (function %d)" f k)
             else c_prepare i.iptr k)

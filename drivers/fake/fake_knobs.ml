@@ -57,6 +57,7 @@ let mutant_table =
     ("prepare-restarts-after-unload", "CODE-7", "after an image of the device is unloaded, the next prepare of an f with an entry makes (and leaks) its scratch again", 81);
     ("prepare-restarts-prepared", "CODE-7", "a prepare of an f whose entry a prepare made, and no entry asked for yet, makes (and leaks) its scratch again", 87);
     ("prepare-reserves-then-logs", "CODE-7", "prepare reserves f's scratch, writes a line of trace (an allocation), then hands the reservation to the entry it makes: an asynchronous exception at the trace leaves the scratch taken for good", 88);
+    ("prepare-marks-then-logs", "CODE-7", "prepare records f as started, writes a line of trace (an allocation), then makes the entry; a prepare of a recorded f does nothing: an asynchronous exception at the trace leaves f recorded with nothing made", 89);
     ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
     ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
     ("sleep-settles", "TIME-3", "sleep first waits 50 ms (for completions to settle), also when the word already differs", 60);
@@ -161,6 +162,7 @@ let m_grow_stats_uncounted = 78
 let m_signaled_consumes_fault = 79
 let m_peer_two_opens = 83
 let m_prepare_reserves_then_logs = 88
+let m_prepare_marks_then_logs = 89
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

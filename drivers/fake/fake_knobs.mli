@@ -52,6 +52,7 @@ val m_make_records_unmasked : int
 val m_openers_cached : int
 val m_prepare_reports_oom : int
 val m_prepare_reserves_then_logs : int
+val m_prepare_marks_then_logs : int
 val m_signaled_low_word : int
 val m_alloc_not_reentrant : int
 val m_signaled_try_lock : int

@@ -319,18 +319,22 @@ let code7_prepare_started (module P : Package) ~seed =
           attempt 1))
 
 (* CODE-7, "a prepare that raises must have changed nothing": rig calls
-   prepare masked, so what can end it is an asynchronous exception, which
-   rig follows with stop, free and unload.  What a raised prepare changed
-   therefore shows as what unload cannot give back, or as work that goes on
-   after the raise.  A prepare of a fresh image's scratch function is ended
-   at each of its first 16 allocations of its own (a Gc.Memprof callback's
-   exception, as Async_inject raises), then at each of its first 3 waits
-   (SIGUSR2 as the wait blocks).  After each, three things are judged:
+   prepare masked, so what can end it is an asynchronous exception, after
+   which rig calls stop, free and unload, while its other threads may still
+   call the image (a prepare or entry of the same f) before that stop comes.
+   A prepare of a fresh image's scratch function is ended at each of its
+   first 16 allocations of its own (a Gc.Memprof callback's exception, as
+   Async_inject raises), then at each of its first 3 waits (SIGUSR2 as the
+   wait blocks).  After each, four things are judged:
    - Device memory taken after the raise, with no call made (work the
-     prepare started goes on), within a window of 5 times what a whole
-     prepare took (at least 50 ms);
+     prepare started goes on), within a window of 5 times what a prepare
+     took and twice what a prepare and the entry after it took (at least
+     50 ms);
    - after an ended wait, Device memory held when prepare raised: a wait is
      a point the driver chose mid-work, where it knows an exception comes;
+   - a prepare of the same f right after: with what the ended one left, it
+     must make what a prepare on a fresh image makes (a mark of "started"
+     left with nothing made gets a prepare that starts nothing);
    - Device memory still taken once the image is unloaded (never given
      back), within 1 s.
    Memory held right after an ended allocation is no finding: a prepare
@@ -394,9 +398,18 @@ let code7_prepare_raises (module P : Package) ~seed =
         (ended, !made, Prim.waits () - waits)
       in
       let census_img, f = K.scratch_image s dev need in
+      let census_base = K.free_bytes s dev in
       let t0 = Unix.gettimeofday () in
       let _, allocations, waits = prepare ~at:0 ~on_wait:false census_img f in
-      let window = Float.max 0.05 (5. *. (Unix.gettimeofday () -. t0)) in
+      let prepare_time = Unix.gettimeofday () -. t0 in
+      (* the entry waits for what the prepare started: how long the whole
+         making takes, and what it takes in all *)
+      (try ignore (K.entry census_img f) with _ -> ());
+      let making = Unix.gettimeofday () -. t0 in
+      (* long enough for work a prepare started to show, on a helper thread
+         too (one whose prepare returns at once) *)
+      let window = Float.max 0.05 (Float.max (5. *. prepare_time) (2. *. making)) in
+      let entry_takes = census_base - K.free_bytes s dev in
       K.unload_img census_img;
       let points =
         List.init (min allocations 16) (fun k -> (k + 1, false)) @ List.init (min waits 3) (fun k -> (k + 1, true))
@@ -411,6 +424,26 @@ let code7_prepare_raises (module P : Package) ~seed =
         if Unix.gettimeofday () > deadline then low
         else (Thread.delay 0.01; lowest (min low (K.free_bytes s dev)) deadline)
       in
+      (* Device memory taken since [from] once it is at least [goal], or at [deadline] *)
+      let rec taken_reaching from goal deadline =
+        let t = from - K.free_bytes s dev in
+        if t >= goal || Unix.gettimeofday () > deadline then t else (Thread.delay 0.01; taken_reaching from goal deadline)
+      in
+      (* What a prepare of f makes on a fresh image, given time for its
+         work: the bar a prepare after an ended one must reach.  No more
+         than the entry takes: what a prepare holds on its way there (a
+         code buffer it gives back as it publishes) is not the bar.  Only
+         needed once some prepare was ended. *)
+      let horizon = Float.max 0.2 (3. *. making) in
+      let fresh_prepare_makes =
+        lazy
+          (let i, f = K.scratch_image s dev need in
+           let before = K.free_bytes s dev in
+           ignore (prepare ~at:0 ~on_wait:false i f);
+           let made = taken_reaching before entry_takes (Unix.gettimeofday () +. horizon) in
+           K.unload_img i;
+           min made entry_takes)
+      in
       (* one point: a finding, or whether prepare was ended there *)
       let judge (at, on_wait) =
         let where = spf "its %s %d" (if on_wait then "wait" else "allocation") at in
@@ -422,21 +455,45 @@ let code7_prepare_raises (module P : Package) ~seed =
         else
           let raised = K.free_bytes s dev in
           let later = lowest raised (Unix.gettimeofday () +. window) in
+          let finding =
+            if later < raised then
+              Some
+                (spf "a prepare of %S that an asynchronous exception ended at %s went on: %d more bytes of Device memory were taken within %.2f s after it raised, with no call made"
+                   f where (raised - later) window)
+            else if on_wait && raised < before then
+              Some
+                (spf "a prepare of %S that an asynchronous exception ended at %s held %d bytes of Device memory when it raised" f where
+                   (before - raised))
+            else
+              (* A prepare of f now, as another thread of rig's may make
+                 before rig's stop comes: with what the ended one left, it
+                 must make what one on a fresh image makes.  One that made
+                 and recorded its entry before it raised left that much
+                 already; one that left f marked as started, with nothing
+                 made, gets a prepare that starts nothing. *)
+              let fresh = Lazy.force fresh_prepare_makes in
+              if fresh <= 0 then None
+              else begin
+                ignore (prepare ~at:0 ~on_wait:false i f);
+                let deadline = Unix.gettimeofday () +. Float.max 1. (5. *. horizon) in
+                let made = taken_reaching before fresh deadline in
+                if made >= fresh then None
+                else
+                  Some
+                    (spf "a prepare of %S that an asynchronous exception ended at %s left it as if started: a prepare of it after the raise made %d bytes of Device memory with what the ended one left, where one on a fresh image makes %d"
+                       f where made fresh)
+              end
+          in
           K.unload_img i;
-          let unloaded = settled base (Unix.gettimeofday () +. 1.) in
-          if later < raised then
-            `Found
-              (spf "a prepare of %S that an asynchronous exception ended at %s went on: %d more bytes of Device memory were taken within %.2f s after it raised, with no call made"
-                 f where (raised - later) window)
-          else if on_wait && raised < before then
-            `Found
-              (spf "a prepare of %S that an asynchronous exception ended at %s held %d bytes of Device memory when it raised" f where
-                 (before - raised))
-          else if unloaded < base then
-            `Found
-              (spf "a prepare of %S that an asynchronous exception ended at %s left %d bytes of Device memory taken for good: still taken 1 s after its image was unloaded"
-                 f where (base - unloaded))
-          else `Ended
+          match finding with
+          | Some why -> `Found why
+          | None ->
+              let unloaded = settled base (Unix.gettimeofday () +. 1.) in
+              if unloaded < base then
+                `Found
+                  (spf "a prepare of %S that an asynchronous exception ended at %s left %d bytes of Device memory taken for good: still taken 1 s after its image was unloaded"
+                     f where (base - unloaded))
+              else `Ended
       in
       (* the points in order, up to the first finding *)
       let rec try_points ended = function
