@@ -323,9 +323,9 @@ let code7_prepare_started (module P : Package) ~seed =
    which rig calls stop, free and unload, while its other threads may still
    call the image (a prepare or entry of the same f) before that stop comes.
    A prepare of a fresh image's scratch function is ended at each of its
-   first 16 allocations of its own (a Gc.Memprof callback's exception, as
-   Async_inject raises), then at each of its first 3 waits (SIGUSR2 as the
-   wait blocks).  After each, four things are judged:
+   first 16 allocations of its own (Async_inject's point, a Gc.Memprof
+   callback's exception, counting only [drivers_allocation]s), then at each
+   of its first 3 waits (SIGUSR2 as the wait blocks).  After each, four things are judged:
    - Device memory taken after the raise, with no call made (work the
      prepare started goes on), within a window of 5 times what a prepare
      took and twice what a prepare and the entry after it took (at least
@@ -342,21 +342,22 @@ let code7_prepare_started (module P : Package) ~seed =
    entry boxes its answer after recording it; so does Lock.protect's give),
    and unload gives that back.  An allocation of the primitives' own code is
    no point either: no driver decides anything there. *)
-exception Prepare_interrupted
 
 (* Whether the allocation a Memprof callback runs for is the driver's: the
    first frame below Alloc_points' that is not the standard library's (its
-   files have no directory) is not the primitives', nor the probe's own. *)
+   files have no directory) is not the primitives', the injector's, nor the
+   probe's own. *)
 let drivers_allocation () =
   let file slot = Option.map (fun (l : Printexc.location) -> l.filename) (Printexc.Slot.location slot) in
-  match Printexc.backtrace_slots (Printexc.get_callstack 24) with
+  match Printexc.backtrace_slots (Printexc.get_callstack 32) with
   | None -> true
   | Some slots ->
       let files = List.filter_map file (Array.to_list slots) in
       let rec below_hook = function
         | f :: rest when Filename.basename f = "alloc_points.ml" -> (
             match List.find_opt (fun f -> String.contains f '/') rest with
-            | Some f -> not (List.mem (Filename.basename f) [ "rig_edge_primitives.ml"; "code_probes.ml"; "probes.ml" ])
+            | Some f ->
+                not (List.mem (Filename.basename f) [ "rig_edge_primitives.ml"; "async_inject.ml"; "code_probes.ml"; "probes.ml" ])
             | None -> true)
         | _ :: rest -> below_hook rest
         | [] -> true
@@ -369,33 +370,25 @@ let code7_prepare_raises (module P : Package) ~seed =
       if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
       let dev = K.open_first s in
       let need = 4096 * (4 + K.int s 8) in
-      (* prepare ended at its [at]-th point on this thread (never for 0):
-         whether it was, its allocations of its own, its waits *)
+      (* prepare ended at its [at]-th point (never for 0): whether it was,
+         its allocations of its own, its waits *)
       let prepare ~at ~on_wait (i : K.img) f =
-        let tid = Thread.id (Thread.self ()) in
-        let made = ref 0 and armed = Atomic.make true in
-        if on_wait then begin
-          Sys.set_signal Sys.sigusr2 (Sys.Signal_handle (fun _ -> if Atomic.exchange armed false then raise Prepare_interrupted));
-          Prim.signal_at_wait at
-        end
-        else
-          Alloc_points.use (fun () ->
-              if Atomic.get armed && Thread.id (Thread.self ()) = tid && drivers_allocation () then begin
-                incr made;
-                if !made = at then begin
-                  Atomic.set armed false;
-                  raise Prepare_interrupted
-                end
-              end);
+        let on = if on_wait then Async_inject.Wait else Allocation in
+        let inject = if at = 0 then None else Some { Async_inject.fn = "prepare"; nth = 1; at; on } in
+        Async_inject.reset ?inject ~counts:drivers_allocation ();
         (* SIGUSR2 open outside the mask, as a program's thread has it: a
            wait gives the thread that mask back while it blocks *)
         let old = Thread.sigmask Unix.SIG_UNBLOCK [ Sys.sigusr2 ] in
-        let waits = Prim.waits () in
-        let ended = match Prim.masked (fun () -> P.D.prepare i.image f) with () -> false | exception Prepare_interrupted -> true | exception _ -> false in
-        Atomic.set armed false;
-        if on_wait then Prim.signal_at_wait 0 else Alloc_points.use ignore;
+        let ended =
+          match Prim.masked (fun () -> Async_inject.around "prepare" (fun () -> P.D.prepare i.image f)) with
+          | () -> false
+          | exception Async_inject.Async_interrupt _ -> true
+          | exception _ -> false
+        in
         ignore (Thread.sigmask Unix.SIG_SETMASK old);
-        (ended, !made, Prim.waits () - waits)
+        let allocations, waits = match Async_inject.census () with [ (_, _, a, w) ] -> (a, w) | _ -> (0, 0) in
+        Async_inject.off ();
+        (ended, allocations, waits)
       in
       let census_img, f = K.scratch_image s dev need in
       let census_base = K.free_bytes s dev in

@@ -34,6 +34,8 @@ let probes_on = Atomic.make false
 let trackers : tracker list Atomic.t = Atomic.make []
 let fired_at : string option Atomic.t = Atomic.make None
 let current_probe : string option Atomic.t = Atomic.make None
+let every_allocation () = true
+let counts_now = Atomic.make every_allocation
 
 (* Bookkeeping outside any tracked region: a plain mutex, never taken by the
    callback. *)
@@ -54,8 +56,7 @@ let on_alloc () =
   | l -> (
       let tid = self () in
       match List.find_opt (fun t -> t.tid = tid && t.live && not t.in_probe) l with
-      | None -> ()
-      | Some t ->
+      | Some t when (Atomic.get counts_now) () ->
           t.allocs <- t.allocs + 1;
           if t.allocs = t.fire_at then begin
             t.live <- false;
@@ -63,11 +64,12 @@ let on_alloc () =
             Atomic.set fired_at (Some where);
             raise (Async_interrupt where)
           end;
-          match t.probe with
+          (match t.probe with
           | Some p ->
               t.in_probe <- true;
               (match p () with () -> t.in_probe <- false | exception e -> t.in_probe <- false; raise e)
           | None -> ())
+      | _ -> ())
 
 (* The handler of the SIGUSR2 a wait point sends: it runs as the wait ends,
    on the waiting thread (the only one of the harness's with SIGUSR2
@@ -81,8 +83,9 @@ let on_signal _ =
       raise (Async_interrupt where)
   | None -> ()
 
-let reset ?inject ?(probe = false) () =
+let reset ?inject ?(probe = false) ?(counts = every_allocation) () =
   Alloc_points.use on_alloc;
+  Atomic.set counts_now counts;
   (match inject with
   | Some { on = Wait; _ } -> Sys.set_signal Sys.sigusr2 (Sys.Signal_handle on_signal)
   | _ -> ());
@@ -99,6 +102,7 @@ let reset ?inject ?(probe = false) () =
 
 let off () =
   Atomic.set enabled false;
+  Atomic.set counts_now every_allocation;
   Atomic.set armed None;
   Atomic.set probes_on false;
   Atomic.set trackers []

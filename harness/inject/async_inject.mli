@@ -34,12 +34,15 @@ val target_to_string : target -> string
     --inject FN:NTH:async@N] before the case runs. *)
 val target : target option ref
 
-(** [reset ~inject ~probe ()] starts a run: call numbers and the census start
-    again; [inject] arms one point; [probe] turns on the callback mode, in
-    which, at each allocation inside a driver call, the wrapper calls the
-    driver's [locate], [peer] and [signaled] on the devices in play (see
-    {!Make}).  Starts the Memprof profile on the first call. *)
-val reset : ?inject:target -> ?probe:bool -> unit -> unit
+(** [reset ~inject ~probe ~counts ()] starts a run: call numbers and the
+    census start again; [inject] arms one point; [probe] turns on the
+    callback mode, in which, at each allocation inside a driver call, the
+    wrapper calls the driver's [locate], [peer] and [signaled] on the
+    devices in play (see {!Make}); [counts], asked in the Memprof callback,
+    says whether an allocation is a point at all (default: every one is;
+    a probe that wants only the driver's own code's allocations filters by
+    the callstack).  Starts the Memprof profile on the first call. *)
+val reset : ?inject:target -> ?probe:bool -> ?counts:(unit -> bool) -> unit -> unit
 
 (** [off ()]: no counting, no injection, no probes from now on. *)
 val off : unit -> unit
@@ -58,6 +61,11 @@ val probe_findings : unit -> (string * string) list
 (** The probe running now, if any (the watchdog names it when a probe
     hangs). *)
 val probing : unit -> string option
+
+(** [around fn f] runs [f ()] as a call of the driver function [fn]
+    (numbered, counted, its armed point raised), as {!Make}'s wrappers do;
+    for a caller that calls the driver itself. *)
+val around : string -> ?probe:(unit -> unit) -> (unit -> 'a) -> 'a
 
 module Make (D : Rig_edge.Driver) : sig
   include
