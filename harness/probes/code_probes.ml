@@ -325,7 +325,8 @@ let code7_prepare_started (module P : Package) ~seed =
    A prepare of a fresh image's scratch function is ended at each of its
    first 16 allocations of its own (Async_inject's point, a Gc.Memprof
    callback's exception, counting only [drivers_allocation]s), then at each
-   of its first 3 waits (SIGUSR2 as the wait blocks).  After each, four things are judged:
+   of its first 3 waits (SIGUSR2 as the wait blocks).  After each, four
+   things are judged:
    - Device memory taken after the raise, with no call made (work the
      prepare started goes on), within a window of 5 times what a prepare
      took and twice what a prepare and the entry after it took (at least
