@@ -474,7 +474,7 @@ let code7_prepare_raises (module P : Package) ~seed =
                 if made >= fresh then None
                 else
                   Some
-                    (spf "a prepare of %S that an asynchronous exception ended at %s left it as if started: a prepare of it after the raise made %d bytes of Device memory with what the ended one left, where one on a fresh image makes %d"
+                    (spf "a prepare of %S that an asynchronous exception ended at %s changed what a prepare of it makes: one right after, with what the ended one left, made %d bytes of Device memory in all, where one on a fresh image makes %d"
                        f where made fresh)
               end
           in
