@@ -408,10 +408,10 @@ let code7_prepare_raises (module P : Package) ~seed =
       let points =
         List.init (min allocations 16) (fun k -> (k + 1, false)) @ List.init (min waits 3) (fun k -> (k + 1, true))
       in
-      (* free Device memory once it is at least [goal], or at [deadline] *)
-      let rec settled goal deadline =
+      (* free Device memory once [until] holds of it, or at [deadline] *)
+      let rec free_once until deadline =
         let now = K.free_bytes s dev in
-        if now >= goal || Unix.gettimeofday () > deadline then now else (Thread.delay 0.01; settled goal deadline)
+        if until now || Unix.gettimeofday () > deadline then now else (Thread.delay 0.01; free_once until deadline)
       in
       (* the least free Device memory seen until [deadline] *)
       let rec lowest low deadline =
@@ -419,10 +419,7 @@ let code7_prepare_raises (module P : Package) ~seed =
         else (Thread.delay 0.01; lowest (min low (K.free_bytes s dev)) deadline)
       in
       (* Device memory taken since [from] once it is at least [goal], or at [deadline] *)
-      let rec taken_reaching from goal deadline =
-        let t = from - K.free_bytes s dev in
-        if t >= goal || Unix.gettimeofday () > deadline then t else (Thread.delay 0.01; taken_reaching from goal deadline)
-      in
+      let taken_reaching from goal deadline = from - free_once (fun free -> from - free >= goal) deadline in
       (* What a prepare of f makes on a fresh image, given time for its
          work: the bar a prepare after an ended one must reach.  No more
          than the entry takes: what a prepare holds on its way there (a
@@ -482,7 +479,7 @@ let code7_prepare_raises (module P : Package) ~seed =
           match finding with
           | Some why -> `Found why
           | None ->
-              let unloaded = settled base (Unix.gettimeofday () +. 1.) in
+              let unloaded = free_once (fun free -> free >= base) (Unix.gettimeofday () +. 1.) in
               if unloaded < base then
                 `Found
                   (spf "a prepare of %S that an asynchronous exception ended at %s left %d bytes of Device memory taken for good: still taken 1 s after its image was unloaded"
