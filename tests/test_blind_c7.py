@@ -38,7 +38,7 @@ Conforming drivers: every clause's verdict must be hostmem's.
 
 import pytest
 
-from test_blind_set import ROOT, certify, explain, hostmem, params, verdicts  # noqa: F401 (hostmem: a fixture)
+from test_blind_set import ROOT, assert_fails_exactly, assert_verdicts_as, hostmem, params  # noqa: F401 (hostmem: a fixture)
 
 BLINDC7 = ROOT / "_build" / "default" / "drivers" / "blindc7" / "blindc7.cmxs"
 
@@ -69,15 +69,9 @@ CONFORMING = {
 
 @pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
-    data = certify(BLINDC7, driver, tmp_path)
-    failed = {i for i, v in verdicts(data).items() if v == "fail"}
-    assert failed == {BROKEN[driver]}, explain(data, failed | {BROKEN[driver]})
+    assert_fails_exactly(BLINDC7, driver, {BROKEN[driver]}, tmp_path)
 
 
 @pytest.mark.parametrize("driver", sorted(CONFORMING))
 def test_conforming_gets_hostmems_verdicts(driver, hostmem, tmp_path):  # noqa: F811
-    data = certify(BLINDC7, driver, tmp_path)
-    mine = verdicts(data)
-    expected = {**verdicts(hostmem), **CONFORMING[driver]}
-    differ = {i for i in mine if mine[i] != expected.get(i)}
-    assert not differ, "verdicts that differ from the expected ones:\n" + explain(data, differ)
+    assert_verdicts_as(BLINDC7, driver, hostmem, CONFORMING[driver], tmp_path)

@@ -36,7 +36,7 @@ alloc of the device already open inside them.
 
 import pytest
 
-from test_blind_set import ROOT, certify, explain, hostmem, verdicts  # noqa: F401 (hostmem: a fixture)
+from test_blind_set import ROOT, assert_fails_exactly, assert_verdicts_as, hostmem  # noqa: F401 (hostmem: a fixture)
 
 BLINDL3 = ROOT / "_build" / "default" / "drivers" / "blindl3" / "blindl3.cmxs"
 
@@ -54,15 +54,9 @@ CONFORMING = ["l3-ok-c-pure", "l3-ok-c-counted", "l3-ok-lockfree", "l3-ok-mutex-
 
 @pytest.mark.parametrize("driver", sorted(BROKEN))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
-    data = certify(BLINDL3, driver, tmp_path)
-    failed = {i for i, v in verdicts(data).items() if v == "fail"}
-    assert failed == {BROKEN[driver]}, explain(data, failed | {BROKEN[driver]})
+    assert_fails_exactly(BLINDL3, driver, {BROKEN[driver]}, tmp_path)
 
 
 @pytest.mark.parametrize("driver", CONFORMING)
 def test_conforming_gets_hostmems_verdicts(driver, hostmem, tmp_path):  # noqa: F811
-    data = certify(BLINDL3, driver, tmp_path)
-    mine = verdicts(data)
-    expected = verdicts(hostmem)
-    differ = {i for i in mine if mine[i] != expected.get(i)}
-    assert not differ, "verdicts that differ from the expected ones:\n" + explain(data, differ)
+    assert_verdicts_as(BLINDL3, driver, hostmem, {}, tmp_path)

@@ -33,7 +33,7 @@ given.
 
 import pytest
 
-from test_blind_set import ROOT, certify, explain, hostmem, params, verdicts  # noqa: F401 (hostmem: a fixture)
+from test_blind_set import ROOT, assert_fails_exactly, assert_verdicts_as, hostmem, params  # noqa: F401 (hostmem: a fixture)
 
 BLINDS3 = ROOT / "_build" / "default" / "drivers" / "blinds3" / "blinds3.cmxs"
 
@@ -61,15 +61,9 @@ CONFORMING = {
 
 @pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
-    data = certify(BLINDS3, driver, tmp_path)
-    failed = {i for i, v in verdicts(data).items() if v == "fail"}
-    assert failed == {BROKEN[driver]}, explain(data, failed | {BROKEN[driver]})
+    assert_fails_exactly(BLINDS3, driver, {BROKEN[driver]}, tmp_path)
 
 
 @pytest.mark.parametrize("driver", sorted(CONFORMING))
 def test_conforming_gets_hostmems_verdicts(driver, hostmem, tmp_path):  # noqa: F811
-    data = certify(BLINDS3, driver, tmp_path)
-    mine = verdicts(data)
-    expected = {**verdicts(hostmem), **CONFORMING[driver]}
-    differ = {i for i in mine if mine[i] != expected.get(i)}
-    assert not differ, "verdicts that differ from the expected ones:\n" + explain(data, differ)
+    assert_verdicts_as(BLINDS3, driver, hostmem, CONFORMING[driver], tmp_path)

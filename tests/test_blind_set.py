@@ -226,6 +226,23 @@ def params(names, misjudged=MISJUDGED):
     ]
 
 
+def assert_fails_exactly(plugin: Path, driver: str, want: set, tmp: Path) -> None:
+    """Certify a broken driver: the clauses whose verdict is `fail` are exactly `want`."""
+    data = certify(plugin, driver, tmp)
+    failed = {i for i, v in verdicts(data).items() if v == "fail"}
+    assert failed == want, explain(data, failed | want)
+
+
+def assert_verdicts_as(plugin: Path, driver: str, reference: dict, changed: dict, tmp: Path) -> None:
+    """Certify a conforming driver: each clause's verdict is the reference
+    certification's, but for those `changed` gives."""
+    data = certify(plugin, driver, tmp)
+    mine = verdicts(data)
+    expected = {**verdicts(reference), **changed}
+    differ = {i for i in mine if mine[i] != expected.get(i)}
+    assert not differ, "verdicts that differ from the expected ones:\n" + explain(data, differ)
+
+
 @pytest.fixture(scope="module")
 def hostmem(tmp_path_factory):
     """hostmem's certification at seed 1, the conforming drivers' reference:
@@ -251,10 +268,7 @@ ALSO = {
 
 @pytest.mark.parametrize("driver", params(sorted(BROKEN)))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
-    data = certify(BLINDSET, driver, tmp_path)
-    failed = {i for i, v in verdicts(data).items() if v == "fail"}
-    want = {BROKEN[driver]} | ALSO.get(driver, set())
-    assert failed == want, explain(data, failed | want)
+    assert_fails_exactly(BLINDSET, driver, {BROKEN[driver]} | ALSO.get(driver, set()), tmp_path)
 
 
 @pytest.mark.parametrize("driver", params(sorted(CONFORMING)))
