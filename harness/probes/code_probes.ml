@@ -338,32 +338,48 @@ let code7_prepare_started (module P : Package) ~seed =
      left with nothing made gets a prepare that starts nothing);
    - Device memory still taken once the image is unloaded (never given
      back), within 1 s.
+   A finding stands when one of two more judgements of its point, each on a
+   fresh image, finds it again: the evidence says how often it came.
    Memory held right after an ended allocation is no finding: a prepare
    that made and recorded its entry may raise on its way out (hostmem's
    entry boxes its answer after recording it; so does Lock.protect's give),
    and unload gives that back.  An allocation of the primitives' own code is
    no point either: no driver decides anything there. *)
 
-(* Whether the allocation a Memprof callback runs for is the driver's: the
-   first frame below Alloc_points' that is not the standard library's (its
-   files have no directory) is not the primitives', the injector's, nor the
-   probe's own. *)
-let drivers_allocation () =
-  let file slot = Option.map (fun (l : Printexc.location) -> l.filename) (Printexc.Slot.location slot) in
+(* The path of the allocation a Memprof callback runs for, when it is the
+   driver's: its frames from Alloc_points' down to the injector's [around]
+   (as file:line:column).  It is the driver's when the first of those frames
+   that is not the standard library's (its files have no directory) is not
+   the primitives', the injector's, nor the probe's own. *)
+let drivers_allocation_path () =
+  let where slot =
+    Option.map
+      (fun (l : Printexc.location) -> (l.filename, spf "%s:%d:%d" l.filename l.line_number l.start_char))
+      (Printexc.Slot.location slot)
+  in
   match Printexc.backtrace_slots (Printexc.get_callstack 32) with
-  | None -> true
+  | None -> Some []
   | Some slots ->
-      let files = List.filter_map file (Array.to_list slots) in
+      let frames = List.filter_map where (Array.to_list slots) in
       let rec below_hook = function
-        | f :: rest when Filename.basename f = "alloc_points.ml" -> (
-            match List.find_opt (fun f -> String.contains f '/') rest with
-            | Some f ->
-                not (List.mem (Filename.basename f) [ "rig_edge_primitives.ml"; "async_inject.ml"; "code_probes.ml"; "probes.ml" ])
-            | None -> true)
+        | (f, _) :: rest when Filename.basename f = "alloc_points.ml" -> (
+            match List.find_opt (fun (f, _) -> String.contains f '/') rest with
+            | Some (f, _)
+              when List.mem (Filename.basename f) [ "rig_edge_primitives.ml"; "async_inject.ml"; "code_probes.ml"; "probes.ml" ] ->
+                None
+            | _ ->
+                (* up to the call's own frames: the probe's, which differ
+                   from one call site of prepare to the next *)
+                let rec driver_part = function
+                  | (f, _) :: _ when Filename.basename f = "async_inject.ml" -> []
+                  | (_, w) :: rest -> w :: driver_part rest
+                  | [] -> []
+                in
+                Some (driver_part rest))
         | _ :: rest -> below_hook rest
-        | [] -> true
+        | [] -> Some []
       in
-      below_hook files
+      below_hook frames
 
 let code7_prepare_raises (module P : Package) ~seed =
   let module K = Kit (P) in
@@ -371,31 +387,58 @@ let code7_prepare_raises (module P : Package) ~seed =
       if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
       let dev = K.open_first s in
       let need = 4096 * (4 + K.int s 8) in
-      (* prepare ended at its [at]-th point (never for 0): whether it was,
-         its allocations of its own, its waits *)
+      (* the paths of the last prepare's allocations of its own, the last first *)
+      let paths = ref [] in
+      let drivers_allocation () =
+        match drivers_allocation_path () with
+        | Some path ->
+            paths := path :: !paths;
+            true
+        | None -> false
+      in
+      (* prepare ended at its [at]-th point (never for 0): how it ended
+         (the injected exception, or one of the driver's own), its
+         allocations of its own, its waits *)
       let prepare ~at ~on_wait (i : K.img) f =
         let on = if on_wait then Async_inject.Wait else Allocation in
         let inject = if at = 0 then None else Some { Async_inject.fn = "prepare"; nth = 1; at; on } in
+        paths := [];
         Async_inject.reset ?inject ~counts:drivers_allocation ();
         (* SIGUSR2 open outside the mask, as a program's thread has it: a
            wait gives the thread that mask back while it blocks *)
         let old = Thread.sigmask Unix.SIG_UNBLOCK [ Sys.sigusr2 ] in
-        let ended =
+        let outcome =
           match Prim.masked (fun () -> Async_inject.around "prepare" (fun () -> P.D.prepare i.image f)) with
-          | () -> false
-          | exception Async_inject.Async_interrupt _ -> true
-          | exception _ -> false
+          | () -> `Returned
+          | exception Async_inject.Async_interrupt _ -> `Ended
+          | exception e -> `Raised e
         in
         ignore (Thread.sigmask Unix.SIG_SETMASK old);
         let allocations, waits = match Async_inject.census () with [ (_, _, a, w) ] -> (a, w) | _ -> (0, 0) in
         Async_inject.off ();
-        (ended, allocations, waits)
+        (outcome, allocations, waits)
+      in
+      (* A clean prepare whose making the probe measures.  One that raised
+         of itself (a helper thread the system refused, say) changed
+         nothing, as CODE-7 asks, and made nothing to measure: it is made
+         again, a little later, at most twice more.  Whether one returned. *)
+      let measured_prepare i f =
+        let rec attempt left =
+          match prepare ~at:0 ~on_wait:false i f with
+          | `Raised _, _, _ when left > 1 ->
+              Thread.delay 0.05;
+              attempt (left - 1)
+          | `Raised _, _, _ -> false
+          | (`Returned | `Ended), _, _ -> true
+        in
+        attempt 3
       in
       let census_img, f = K.scratch_image s dev need in
       let census_base = K.free_bytes s dev in
       let t0 = Unix.gettimeofday () in
       let _, allocations, waits = prepare ~at:0 ~on_wait:false census_img f in
       let prepare_time = Unix.gettimeofday () -. t0 in
+      let census_paths = Array.of_list (List.rev !paths) in
       (* the entry waits for what the prepare started: how long the whole
          making takes, and what it takes in all *)
       (try ignore (K.entry census_img f) with _ -> ());
@@ -430,8 +473,9 @@ let code7_prepare_raises (module P : Package) ~seed =
         lazy
           (let i, f = K.scratch_image s dev need in
            let before = K.free_bytes s dev in
-           ignore (prepare ~at:0 ~on_wait:false i f);
-           let made = taken_reaching before entry_takes (Unix.gettimeofday () +. horizon) in
+           let made =
+             if measured_prepare i f then taken_reaching before entry_takes (Unix.gettimeofday () +. horizon) else 0
+           in
            K.unload_img i;
            min made entry_takes)
       in
@@ -441,52 +485,68 @@ let code7_prepare_raises (module P : Package) ~seed =
         let base = K.free_bytes s dev in
         let i, f = K.scratch_image s dev need in
         let before = K.free_bytes s dev in
-        let ended, _, _ = prepare ~at ~on_wait i f in
-        if not ended then (K.unload_img i; `Not_ended)
-        else
-          let raised = K.free_bytes s dev in
-          let later = lowest raised (Unix.gettimeofday () +. window) in
-          let finding =
-            if later < raised then
-              Some
-                (spf "a prepare of %S that an asynchronous exception ended at %s went on: %d more bytes of Device memory were taken within %.2f s after it raised, with no call made"
-                   f where (raised - later) window)
-            else if on_wait && raised < before then
-              Some
-                (spf "a prepare of %S that an asynchronous exception ended at %s held %d bytes of Device memory when it raised" f where
-                   (before - raised))
-            else
-              (* A prepare of f now, as another thread of rig's may make
-                 before rig's stop comes: with what the ended one left, it
-                 must make what one on a fresh image makes.  One that made
-                 and recorded its entry before it raised left that much
-                 already; one that left f marked as started, with nothing
-                 made, gets a prepare that starts nothing. *)
-              let fresh = Lazy.force fresh_prepare_makes in
-              if fresh <= 0 then None
-              else begin
-                ignore (prepare ~at:0 ~on_wait:false i f);
-                let deadline = Unix.gettimeofday () +. Float.max 1. (5. *. horizon) in
-                let made = taken_reaching before fresh deadline in
-                if made >= fresh then None
-                else
-                  Some
-                    (spf "a prepare of %S that an asynchronous exception ended at %s changed what a prepare of it makes: one right after, with what the ended one left, made %d bytes of Device memory in all, where one on a fresh image makes %d"
-                       f where made fresh)
-              end
-          in
-          K.unload_img i;
-          match finding with
-          | Some why -> `Found why
-          | None ->
-              let unloaded = free_once (fun free -> free >= base) (Unix.gettimeofday () +. 1.) in
-              if unloaded < base then
-                `Found
-                  (spf "a prepare of %S that an asynchronous exception ended at %s left %d bytes of Device memory taken for good: still taken 1 s after its image was unloaded"
-                     f where (base - unloaded))
-              else `Ended
+        (* An allocation point is the census prepare's: one ended
+           elsewhere took another path (the driver's own handler of a
+           helper thread the system refused, say), where its k-th
+           allocation is another point. *)
+        let on_census_path () =
+          on_wait || (at <= Array.length census_paths && (match !paths with p :: _ -> p = census_paths.(at - 1) | [] -> false))
+        in
+        match prepare ~at ~on_wait i f with
+        | (`Returned | `Raised _), _, _ -> K.unload_img i; `Not_ended
+        | `Ended, _, _ when not (on_census_path ()) -> K.unload_img i; `Not_ended
+        | `Ended, _, _ ->
+            let raised = K.free_bytes s dev in
+            let later = lowest raised (Unix.gettimeofday () +. window) in
+            let finding =
+              if later < raised then
+                Some
+                  (spf "a prepare of %S that an asynchronous exception ended at %s went on: %d more bytes of Device memory were taken within %.2f s after it raised, with no call made"
+                     f where (raised - later) window)
+              else if on_wait && raised < before then
+                Some
+                  (spf "a prepare of %S that an asynchronous exception ended at %s held %d bytes of Device memory when it raised" f where
+                     (before - raised))
+              else
+                (* A prepare of f now, as another thread of rig's may make
+                   before rig's stop comes: with what the ended one left, it
+                   must make what one on a fresh image makes.  One that made
+                   and recorded its entry before it raised left that much
+                   already; one that left f marked as started, with nothing
+                   made, gets a prepare that starts nothing. *)
+                let fresh = Lazy.force fresh_prepare_makes in
+                if fresh <= 0 || not (measured_prepare i f) then None
+                else begin
+                  let deadline = Unix.gettimeofday () +. Float.max 1. (5. *. horizon) in
+                  let made = taken_reaching before fresh deadline in
+                  if made >= fresh then None
+                  else
+                    Some
+                      (spf "a prepare of %S that an asynchronous exception ended at %s changed what a prepare of it makes: one right after, with what the ended one left, made %d bytes of Device memory in all, where one on a fresh image makes %d"
+                         f where made fresh)
+                end
+            in
+            K.unload_img i;
+            match finding with
+            | Some why -> `Found why
+            | None ->
+                let unloaded = free_once (fun free -> free >= base) (Unix.gettimeofday () +. 1.) in
+                if unloaded < base then
+                  `Found
+                    (spf "a prepare of %S that an asynchronous exception ended at %s left %d bytes of Device memory taken for good: still taken 1 s after its image was unloaded"
+                       f where (base - unloaded))
+                else `Ended
       in
-      (* the points in order, up to the first finding *)
+      (* A point's finding is judged twice more, each on a fresh image, and
+         stands when it comes again: what the probe sees within its windows
+         depends on timing (a helper the system was slow to run or refused
+         a thread), and a finding that came once in three says nothing of
+         the driver. *)
+      let confirmed point =
+        let again = List.filter (fun () -> match judge point with `Found _ -> true | _ -> false) [ (); () ] in
+        1 + List.length again
+      in
+      (* the points in order, up to the first finding that stands *)
       let rec try_points ended = function
         | [] ->
             if not ended then
@@ -494,7 +554,9 @@ let code7_prepare_raises (module P : Package) ~seed =
                 [ ("CODE-7", spf "no asynchronous exception ended a prepare of %S: it has no allocation or wait of its own" f) ]
         | point :: rest -> (
             match judge point with
-            | `Found why -> K.flag s "%s" why
+            | `Found why ->
+                let k = confirmed point in
+                if k >= 2 then K.flag s "%s (reproduced %d/3)" why k else try_points true rest
             | `Ended -> try_points true rest
             | `Not_ended -> try_points ended rest)
       in

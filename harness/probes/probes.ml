@@ -19,6 +19,11 @@ exception Skip of string
    with this finding, if any, and makes no further call of the driver. *)
 exception Abandon of Case.finding option
 
+(* The opener's make raised: the system refused the driver something (a
+   thread, memory) or the driver refuses to open; either way the case's
+   clause, which is not about opening, is not judged in this run. *)
+exception Not_opened of string
+
 let round_up x k = (x + k - 1) / k * k
 
 (* ------------------------------------------------------------ watchdog *)
@@ -113,7 +118,10 @@ module Kit (P : Package) = struct
   let openers () = m P.openers
 
   let open_dev s (o : D.t opener) =
-    let d = m o.make in
+    let d =
+      try m o.make
+      with e -> raise (Not_opened (spf "opening %s raised %s" o.name (Printexc.to_string e)))
+    in
     let facts = m (fun () -> D.facts d) in
     let dev =
       { id = s.next_id; d; oname = o.name; facts; last = 0; stopped = false; lost = None;
@@ -408,6 +416,9 @@ module Kit (P : Package) = struct
              not judge (its checks catch what they are about): the run is
              not judged, and says why. *)
           `Skip (spf "not judged: the driver raised Fault (%s) in a call this case's clause is not about" why)
+      | exception Not_opened why ->
+          Case.report_unjudged [ (s.clause, why) ];
+          `Ran
       | exception e ->
           flag s "unexpected exception: %s" (Printexc.to_string e);
           `Ran

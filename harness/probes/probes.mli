@@ -45,6 +45,10 @@ val round_up : int -> int -> int
 (** The driver lacks what the case needs: the case is Not_applicable. *)
 exception Skip of string
 
+(** [Kit.open_dev]'s opener's make raised (the reason): the run judges
+    nothing of its clause, and says why, unless the case catches it. *)
+exception Not_opened of string
+
 (** [case name clause run]: a case that checks the one clause. *)
 val case : string -> string -> ((module Rig_edge.Package) -> seed:int -> Case.result) -> Case.t
 
