@@ -14,7 +14,9 @@ let checks (c : Catalog.clause) (case : Case.t) = List.mem c.id case.clauses
    Of the others, one the LOCK-3 probe called from an allocation inside
    another call of the same thread, where rig_holds () was 0, that never
    returns waits for a lock its own thread holds uncounted (a C mutex does
-   not refuse its owner as OCaml's do): LOCK-3's. *)
+   not refuse its owner as OCaml's do): LOCK-3's.  An entry that never
+   answers otherwise is CODE-6's, the clause that has entry answer (it may
+   block, on what a prepare started, but it answers). *)
 let clause_of_hang ?inside (case : Case.t) fn =
   match (fn, inside) with
   | "sleep", _ -> Some "TIME-4"
@@ -22,6 +24,7 @@ let clause_of_hang ?inside (case : Case.t) fn =
   | "signaled", _ -> Some "TIME-1"
   | ("locate" | "peer"), _ -> Some "LOCK-6"
   | _, Some _ when List.mem "LOCK-3" case.clauses -> Some "LOCK-3"
+  | "entry", None -> Some "CODE-6"
   | _ -> None
 
 (* Whether a hang of [fn] in run [r] fails clause [c]. *)

@@ -31,6 +31,10 @@ exception Broken of string
 
 let broken fmt = Printf.ksprintf (fun s -> raise (Broken s)) fmt
 
+(* An open the scenario needed ended because the driver's make raised (a
+   device busy, a thread refused): what follows judges nothing. *)
+exception Open_refused of string
+
 module Interp (P : Rig_edge.Package) = struct
   module E = Scenarios.Env (P)
   module R = E.R
@@ -214,6 +218,12 @@ module Interp (P : Rig_edge.Package) = struct
             v.clause v.step prefix v.message
           :: !acc
 
+  (* What the last make that raised raised, if one did. *)
+  let make_raised () =
+    List.fold_left
+      (fun last (e : Validate.event) -> match e.phase with Raise r when e.fn = "make" -> Some r | _ -> last)
+      None (E.V.events ())
+
   let run ~file (t : S.t) acc =
     let clause = List.hd t.clauses in
     let finish () =
@@ -238,6 +248,11 @@ module Interp (P : Rig_edge.Package) = struct
       | st :: rest ->
           let expected = Option.value st.expect ~default:"ok" in
           (match attempt st.verb st.args with
+          | outcome when outcome <> expected && st.verb = "open" && expected = "ok" && make_raised () <> None ->
+              raise
+                (Open_refused
+                   (Printf.sprintf "%s:%d: %s ended %s: the driver's make raised %s" file st.line (S.string_of_stmt st) outcome
+                      (Option.get (make_raised ()))))
           | outcome when outcome <> expected ->
               acc :=
                 finding clause "%s:%d: %s ended %s, not %s" file st.line (S.string_of_stmt st) outcome expected
@@ -292,6 +307,9 @@ let case ~file (t : S.t) =
       | exception Scenarios.Needs what -> Not_applicable ("needs " ^ what)
       | exception _ when !Case.injecting -> Ran (seen ())
       | exception Broken why -> Ran (seen () @ [ finding (List.hd t.clauses) "the scenario could not go on: %s" why ])
+      | exception Open_refused why -> (
+          (* as Scenarios.case does after the driver's failure *)
+          match seen () with [] -> Not_applicable ("not judged: " ^ why) | fs -> Ran fs)
       | exception e -> Ran (seen () @ [ finding (List.hd t.clauses) "%s raised %s" file (Printexc.to_string e) ])
   in
   { name; clauses = t.clauses; run }

@@ -110,9 +110,11 @@ let code3_no_memory (module P : Package) ~seed =
       if after <> before then
         K.flag s "entry answering No_memory changed free Device memory from %d to %d bytes" before after;
       List.iter K.free_reg fillers;
-      (match K.entry i f with
+      (* a No_memory answered to each of rig's asks with the memory free
+         is the clause's *)
+      (match K.entry_as_rig_asks i f with
       | Entry _ -> ()
-      | No_memory k -> K.flag s "with the memory freed again, entry of %S still answers No_memory %d" f k
+      | No_memory k -> K.flag s "with the memory freed again, entry of %S still answers No_memory %d, to 4 asks in a row" f k
       | Absent -> K.flag s "with the memory freed again, entry of %S answers Absent" f);
       (* The other side of the boundary: with what a new function needs
          left free, an entry that answers No_memory k says the device has no
@@ -120,11 +122,15 @@ let code3_no_memory (module P : Package) ~seed =
       let i2, g = K.scratch_image s dev need in
       let fillers = K.take s dev (K.free_bytes s dev - need) in
       let before = K.free_bytes s dev in
-      (match K.entry i2 g with
+      (match K.entry_as_rig_asks i2 g with
+      | No_memory k when K.free_bytes s dev < before ->
+          (* every ask answered No_memory: none may have made anything *)
+          K.flag s "entry of %S answered No_memory %d to 4 asks in a row with %d bytes free before, and left %d: it made something"
+            g k before (K.free_bytes s dev)
       | No_memory k when before >= need -> (
           match K.alloc s dev Device k with
           | Some r ->
-              K.flag s "entry of %S, which needs %d bytes, answered No_memory %d with %d bytes free, yet an alloc of %d bytes of Device memory right after got them" g need k before k;
+              K.flag s "entry of %S, which needs %d bytes, answered No_memory %d with %d bytes free (to 4 asks in a row), yet an alloc of %d bytes of Device memory right after got them" g need k before k;
               K.free_reg r
           | None -> ())
       | _ -> ());
@@ -187,10 +193,10 @@ let code6_prepare (module P : Package) ~seed =
       | () -> ()
       | exception e -> K.flag s "prepare of %S raised %s" f (Printexc.to_string e));
       (* Whether a later entry answers the same handle is CODE-2's. *)
-      (match K.entry i f with
+      (match K.entry_as_rig_asks i f with
       | Entry _ -> ()
       | Absent -> K.flag s "entry of %S after its prepare answered Absent" f
-      | No_memory k -> K.flag s "entry of %S after its prepare answered No_memory %d" f k);
+      | No_memory k -> K.flag s "entry of %S after its prepare answered No_memory %d, to 4 asks in a row" f k);
       (* A failure prepare meets is reported by nothing either: a function
          whose scratch does not fit in the memory left free now (not more
          than the device offers, which is CODE-5's). *)
@@ -213,11 +219,11 @@ let code6_prepare (module P : Package) ~seed =
           | Absent -> K.flag s "entry of %S after a prepare that found no memory for it answered Absent" g
           | No_memory _ -> (
               (* As entry itself would: once memory is free, it is made. *)
-              match K.entry i2 g with
+              match K.entry_as_rig_asks i2 g with
               | Entry _ -> ()
               | Absent -> K.flag s "entry of %S, once memory was freed after a prepare that found none, answered Absent" g
               | No_memory k ->
-                  K.flag s "entry of %S, once the memory taken was freed, still answered No_memory %d (what its prepare met)" g k))
+                  K.flag s "entry of %S, once the memory taken was freed, still answered No_memory %d (what its prepare met), to 4 asks in a row" g k))
 
 (* CODE-7: prepares of a function that has an entry make nothing, also
    after another image of the device was loaded and unloaded.  prepare may

@@ -188,6 +188,10 @@ module Kit (P : Package) = struct
 
   let entry (i : img) f = call i.idev (fun () -> D.entry i.image f)
 
+  let entry_as_rig_asks (i : img) f =
+    let rec ask left = match entry i f with No_memory _ when left > 1 -> ask (left - 1) | answer -> answer in
+    ask 4
+
   let place (r : reg) = D.locate r.dev.d r.region
   let handle r = (place r).handle
 

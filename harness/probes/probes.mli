@@ -95,6 +95,12 @@ module Kit (P : Rig_edge.Package) : sig
   (** [unload_img i]: unloads [i] now (once: not again at the session's end). *)
   val unload_img : img -> unit
   val entry : img -> string -> Rig_edge.entry_answer
+
+  (** [entry_as_rig_asks i f]: entry asked as rig asks after a No_memory
+      (CODE-3): once, then after each of three rounds of reclamation (none
+      here), until it answers something else.  A driver's allocator that
+      refuses now and then answers a No_memory rig's next ask gets past. *)
+  val entry_as_rig_asks : img -> string -> Rig_edge.entry_answer
   val binary_image : session -> dev -> img
   val kit_entry : session -> dev -> string -> string -> int64
   val scratch_image : session -> dev -> int -> img * string

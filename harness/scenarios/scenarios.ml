@@ -810,6 +810,7 @@ type flow_outcome = {
   own : finding list;
   violations : Validate.violation list;
   calls : (string * int) list;
+  make_raised : bool;
 }
 
 let needs_fake name = List.exists (fun f -> f.needs = Fake_knobs && f.name = name) flows
@@ -830,4 +831,7 @@ let run_flow (module P : Rig_edge.Package) name ~seed =
     | exception (Needs _ as e) -> F.close_all (); raise e
     | exception e -> F.close_all (); Some e
   in
-  { raised; own = List.rev !acc; violations = F.V.finish (); calls = F.V.calls () }
+  let make_raised =
+    List.exists (fun (e : Validate.event) -> e.fn = "make" && match e.phase with Raise _ -> true | _ -> false) (F.V.events ())
+  in
+  { raised; own = List.rev !acc; violations = F.V.finish (); calls = F.V.calls (); make_raised }

@@ -60,6 +60,7 @@ type flow_outcome = {
   own : Case.finding list;  (** the flow's own checks *)
   violations : Validate.violation list;  (** the validation layer's *)
   calls : (string * int) list;
+  make_raised : bool;       (** a make of the driver's raised (a device busy, say) *)
 }
 
 (** [run_flow package name ~seed] runs the flow [name] once, over a fresh

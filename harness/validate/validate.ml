@@ -271,7 +271,15 @@ module Make (D : Rig_edge.Driver) = struct
 
   let opener (o : D.t Rig_edge.opener) =
     let make () =
-      let d = o.make () in
+      (* A make that raises opened nothing: its event, with no device, says
+         the driver's failure (a device busy, a thread refused) ended what
+         the program was doing. *)
+      let d =
+        try o.make ()
+        with ex ->
+          locked (fun () -> ignore (record (o.name ^ "#-") "make" false (Raise (short_exn ex))));
+          raise ex
+      in
       let facts = D.facts d in
       locked (fun () ->
           let n = 1 + Option.value ~default:0 (Hashtbl.find_opt opens o.name) in
