@@ -39,6 +39,7 @@ SETS = [
     ("test_blind_c7", "BLINDC7"),
     ("test_blind_c7r", "BLINDC7R"),
     ("test_blind_c7n", "BLINDC7N"),
+    ("test_blind_rf", "BLINDRF"),
 ]
 
 
