@@ -218,12 +218,6 @@ module Interp (P : Rig_edge.Package) = struct
             v.clause v.step prefix v.message
           :: !acc
 
-  (* What the last make that raised raised, if one did. *)
-  let make_raised () =
-    List.fold_left
-      (fun last (e : Validate.event) -> match e.phase with Raise r when e.fn = "make" -> Some r | _ -> last)
-      None (E.V.events ())
-
   let run ~file (t : S.t) acc =
     let clause = List.hd t.clauses in
     let finish () =
@@ -248,15 +242,17 @@ module Interp (P : Rig_edge.Package) = struct
       | st :: rest ->
           let expected = Option.value st.expect ~default:"ok" in
           (match attempt st.verb st.args with
-          | outcome when outcome <> expected && st.verb = "open" && expected = "ok" && make_raised () <> None ->
-              raise
-                (Open_refused
-                   (Printf.sprintf "%s:%d: %s ended %s: the driver's make raised %s" file st.line (S.string_of_stmt st) outcome
-                      (Option.get (make_raised ()))))
-          | outcome when outcome <> expected ->
-              acc :=
-                finding clause "%s:%d: %s ended %s, not %s" file st.line (S.string_of_stmt st) outcome expected
-                :: !acc
+          | outcome when outcome <> expected -> (
+              match (st.verb, expected, Scenarios.make_raised (E.V.events ())) with
+              | "open", "ok", Some raised ->
+                  raise
+                    (Open_refused
+                       (Printf.sprintf "%s:%d: %s ended %s: the driver's make raised %s" file st.line (S.string_of_stmt st)
+                          outcome raised))
+              | _ ->
+                  acc :=
+                    finding clause "%s:%d: %s ended %s, not %s" file st.line (S.string_of_stmt st) outcome expected
+                    :: !acc)
           | _ -> ()
           | exception Broken why -> broken "%s:%d: %s" file st.line why);
           go rest

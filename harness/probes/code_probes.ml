@@ -123,16 +123,18 @@ let code3_no_memory (module P : Package) ~seed =
       let fillers = K.take s dev (K.free_bytes s dev - need) in
       let before = K.free_bytes s dev in
       (match K.entry_as_rig_asks i2 g with
-      | No_memory k when K.free_bytes s dev < before ->
-          (* every ask answered No_memory: none may have made anything *)
-          K.flag s "entry of %S answered No_memory %d to 4 asks in a row with %d bytes free before, and left %d: it made something"
-            g k before (K.free_bytes s dev)
-      | No_memory k when before >= need -> (
-          match K.alloc s dev Device k with
-          | Some r ->
-              K.flag s "entry of %S, which needs %d bytes, answered No_memory %d with %d bytes free (to 4 asks in a row), yet an alloc of %d bytes of Device memory right after got them" g need k before k;
-              K.free_reg r
-          | None -> ())
+      | No_memory k ->
+          let left = K.free_bytes s dev in
+          if left < before then
+            (* every ask answered No_memory: none may have made anything *)
+            K.flag s "entry of %S answered No_memory %d to 4 asks in a row with %d bytes free before, and left %d: it made something"
+              g k before left
+          else if before >= need then (
+            match K.alloc s dev Device k with
+            | Some r ->
+                K.flag s "entry of %S, which needs %d bytes, answered No_memory %d with %d bytes free (to 4 asks in a row), yet an alloc of %d bytes of Device memory right after got them" g need k before k;
+                K.free_reg r
+            | None -> ())
       | _ -> ());
       List.iter K.free_reg fillers)
 

@@ -752,6 +752,13 @@ let driver_failure (events : Validate.event list) =
         | _ -> None)
     events
 
+(* What the last make of the driver's that raised raised, if one did: it
+   opened nothing (a device busy, a thread refused). *)
+let make_raised (events : Validate.event list) =
+  List.fold_left
+    (fun last (e : Validate.event) -> match e.phase with Raise r when e.fn = "make" -> Some r | _ -> last)
+    None events
+
 (* Whether [e] is an exception a driver call raised, which rig passed on
    to the program (EXC-1: rig loses the device and re-raises it). *)
 let raised_by_driver (events : Validate.event list) e =
@@ -831,7 +838,5 @@ let run_flow (module P : Rig_edge.Package) name ~seed =
     | exception (Needs _ as e) -> F.close_all (); raise e
     | exception e -> F.close_all (); Some e
   in
-  let make_raised =
-    List.exists (fun (e : Validate.event) -> e.fn = "make" && match e.phase with Raise _ -> true | _ -> false) (F.V.events ())
-  in
-  { raised; own = List.rev !acc; violations = F.V.finish (); calls = F.V.calls (); make_raised }
+  { raised; own = List.rev !acc; violations = F.V.finish (); calls = F.V.calls ();
+    make_raised = Option.is_some (make_raised (F.V.events ())) }

@@ -63,6 +63,10 @@ type flow_outcome = {
   make_raised : bool;       (** a make of the driver's raised (a device busy, say) *)
 }
 
+(** [make_raised events]: what the last make of the driver's that raised
+    raised (its short text), if one did. *)
+val make_raised : Validate.event list -> string option
+
 (** [run_flow package name ~seed] runs the flow [name] once, over a fresh
     reference rig and validation layer wrapped around [package]'s driver.
     Raises {!Needs} when the driver lacks what the flow needs. *)
