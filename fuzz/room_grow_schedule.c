@@ -148,9 +148,9 @@ static struct run {
   long arm_left[2];
   uint64_t budget_epoch; /* bumped when anything takes device memory (QUEUE-3) */
   atomic_int counted;    /* counted calls in flight (CNT-3) */
-  pthread_t sleeper;
-  atomic_int sleeper_stop;
-  int sleeper_on;
+  pthread_t sleeper, watcher;
+  atomic_int sleeper_stop, watcher_stop;
+  int sleeper_on, watcher_on;
 } R;
 
 static void trace(const char *fmt, ...) {
@@ -593,6 +593,21 @@ static void *sleeper_main(void *arg) {
   return NULL;
 }
 
+/* Real-worker mode: a thread that reads the word and nothing else, as rig
+ * may from any thread without a lock.  It never synchronises with the
+ * worker, so a word that is not atomic races with its loads on every run
+ * that writes the word: TSan's verdict on the word-race mutant does not
+ * depend on how the threads happened to be scheduled (the sleeper's loads
+ * are ordered by the device's mutex more often than not). */
+static void *watcher_main(void *arg) {
+  (void)arg;
+  do {
+    (void)D->signaled(R.dev);
+    sched_yield();
+  } while (!atomic_load(&R.watcher_stop));
+  return NULL;
+}
+
 /* ------------------------------------------------------------- stop */
 
 static void do_stop(const char *why) {
@@ -607,6 +622,11 @@ static void do_stop(const char *why) {
   after_call("signaled");
   D->stop(R.dev);
   after_call("stop");
+  if (R.watcher_on) { /* it read the word through stop, as rig may */
+    atomic_store(&R.watcher_stop, 1);
+    pthread_join(R.watcher, NULL);
+    R.watcher_on = 0;
+  }
   R.stopped = 1;
   uint64_t w = D->signaled(R.dev);
   after_call("signaled");
@@ -655,7 +675,9 @@ static void run_open(void) {
   for (int i = 0; i < R.nthreads; i++) R.th[i].sub = -1;
   if (opt_real) {
     atomic_store(&R.sleeper_stop, 0);
+    atomic_store(&R.watcher_stop, 0);
     R.sleeper_on = pthread_create(&R.sleeper, NULL, sleeper_main, NULL) == 0;
+    R.watcher_on = pthread_create(&R.watcher, NULL, watcher_main, NULL) == 0;
   }
 }
 
