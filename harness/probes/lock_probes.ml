@@ -366,13 +366,19 @@ module Probe (Pk : Rig_edge.Package) = struct
      of the free rate is a kept runtime.  "It may return earlier": a
      sleep that returns early is asked again until 200 ms were spent inside
      sleeps, so that a driver whose sleeps last 1 ms is judged on as much
-     blocked time as one whose sleep lasts 200 ms.  Load can starve the
-     thread for a while, so a kept runtime is reported only when three
-     measures in a row show it. *)
+     blocked time as one whose sleep lasts 200 ms.  Load bends single
+     measures both ways: it can starve the thread for a while (a released
+     runtime looks kept), and it can deschedule the sleeping thread in the
+     instant its wait hands the runtime over, so that the thread turns for a
+     whole time slice inside a kept wait (a kept runtime looks released).
+     So the measures vote: a kept runtime is reported when three show it
+     before two show a released one (at most four measures); a measure at
+     twice the kept share or more counts as two. *)
   let blocked_goal_ms = 200.
   let max_sleeps = 400
   let kept_share = 0.25
-  let attempts = 3
+  let kept_votes = 3
+  let released_votes = 2
 
   type sig3_measure = { calls : int; blocked_ms : float; inside : int; free_rate : float }
 
@@ -400,6 +406,10 @@ module Probe (Pk : Rig_edge.Package) = struct
 
   let kept m = float m.inside /. m.blocked_ms < kept_share *. m.free_rate
 
+  (* At twice the kept share a runtime is plainly released: one such
+     measure is the whole vote, so a conforming wait costs one measure. *)
+  let clearly_released m = float m.inside /. m.blocked_ms >= 2. *. kept_share *. m.free_rate
+
   let sig3 ~seed:_ =
     let d = P.masked (first ()).make in
     let running = Atomic.make true and turns = Atomic.make 0 in
@@ -412,25 +422,34 @@ module Probe (Pk : Rig_edge.Package) = struct
           done)
         ()
     in
-    let rec measure k =
+    (* A measure without blocked time, or taken while the thread was
+       starved, ends the vote: the verdict below skips on it. *)
+    let judgeable m = m.blocked_ms >= 0.5 *. float m.calls && m.free_rate *. blocked_goal_ms >= 20. in
+    let rec measure ~kept_n ~released_n =
       let m = sig3_measure d ~turns in
-      if k < attempts && m.blocked_ms >= 0.5 *. float m.calls && m.free_rate *. blocked_goal_ms >= 20. && kept m then
-        measure (k + 1)
-      else (k, m)
+      if not (judgeable m) then (kept_n, released_n, m)
+      else
+        let kept_n, released_n =
+          if kept m then (kept_n + 1, released_n)
+          else if clearly_released m then (kept_n, released_n + released_votes)
+          else (kept_n, released_n + 1)
+        in
+        if kept_n >= kept_votes || released_n >= released_votes then (kept_n, released_n, m)
+        else measure ~kept_n ~released_n
     in
-    let outcome = try Ok (measure 1) with Skip why -> Error why in
+    let outcome = try Ok (measure ~kept_n:0 ~released_n:0) with Skip why -> Error why in
     Atomic.set running false;
     Thread.join t;
     close d 0;
     match outcome with
     | Error why -> raise (Skip why)
-    | Ok (_, m) when m.blocked_ms < 0.5 *. float m.calls ->
+    | Ok (_, _, m) when m.blocked_ms < 0.5 *. float m.calls ->
         (* sleeps that do not block have no blocking step to judge *)
         raise (Skip (spf "%d sleep(s) on the idle word returned in %.2f ms together, without blocking: no wait to judge" m.calls m.blocked_ms))
-    | Ok (_, m) when m.free_rate *. blocked_goal_ms < 20. ->
+    | Ok (_, _, m) when m.free_rate *. blocked_goal_ms < 20. ->
         raise (Skip (spf "another OCaml thread turned only %.3f times a ms while the probe waited in Thread.delay: the runtime is too busy to judge a wait by" m.free_rate))
-    | Ok (k, m) when k = attempts && kept m ->
-        [ finding "SIG-3" "while sleep blocked (%d call(s) of still_ms 200, %.0f ms in all, the word unmoved), another OCaml thread got %d turn(s), %.2f a ms, under %.0f%% of the %.0f a ms it gets while the probe waits in Thread.delay (%d measures in a row): the wait's blocking step keeps the OCaml runtime" m.calls m.blocked_ms m.inside (float m.inside /. m.blocked_ms) (100. *. kept_share) m.free_rate attempts ]
+    | Ok (kept_n, released_n, m) when kept_n >= kept_votes ->
+        [ finding "SIG-3" "while sleep blocked (%d call(s) of still_ms 200, %.0f ms in all, the word unmoved), another OCaml thread got %d turn(s), %.2f a ms, under %.0f%% of the %.0f a ms it gets while the probe waits in Thread.delay (%d of %d measures show it): the wait's blocking step keeps the OCaml runtime" m.calls m.blocked_ms m.inside (float m.inside /. m.blocked_ms) (100. *. kept_share) m.free_rate kept_n (kept_n + released_n) ]
     | Ok _ -> []
 end
 
