@@ -203,6 +203,9 @@ def parse_run_output(stdout):
         fields = line.split("\t")
         if fields[0] == "FINDING" and len(fields) >= 2:
             flagged.add(fields[1])
+        # run's watch killed the case: a call that never returned, and its clause
+        if fields[0] == "HUNG" and len(fields) >= 4:
+            flagged.update(fields[3].split(","))
     return flagged, lines
 
 

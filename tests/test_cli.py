@@ -203,3 +203,16 @@ def test_replay_deterministic(mutant, clause, side):
     again = rig(*shlex.split(line)[1:])
     assert (again.returncode, parse_run_output(again.stdout)[0]) == first, f"{line}: two runs disagree"
     assert first == (1, {clause}), f"{line}: {first}"
+
+
+def test_replay_of_a_hang_ends_naming_the_call_and_its_clause():
+    # The fake's prepare-oom-stuck: an entry that waits for good (CODE-6).
+    # Replayed by hand, run watches its case as certify does: past entry's
+    # call limit (30 s) the case is killed and the hang is reported, rather
+    # than a process that waits for ever and, every thread blocked in the
+    # driver, ignores SIGTERM.
+    proc = rig("run", "--case", "probe.CODE-6.prepare-silent", "--seed", "1", "--mutant", "prepare-oom-stuck", timeout=90)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    hung = proc.stdout.splitlines()[-1].split("\t")
+    assert (hung[0], hung[1], hung[3]) == ("HUNG", "entry", "CODE-6"), proc.stdout
+    assert "entry did not return" in proc.stderr and "CODE-6" in proc.stderr, proc.stderr

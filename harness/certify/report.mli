@@ -5,6 +5,11 @@ type verdict = Pass | Fail | Na | Unchecked
 
 val verdict_name : verdict -> string
 
+(** [clause_of_hang ?inside case fn]: the clause a call of [fn] that never
+    returned fails, whatever [case] checked ([inside]: the driver call it
+    was made from, on the same thread); [None]: the case's own clauses. *)
+val clause_of_hang : ?inside:string -> Case.t -> string -> string option
+
 type line = {
   clause : Catalog.clause;
   verdict : verdict;

@@ -116,6 +116,9 @@ val crowd_confirmations : unit -> int * int
     bound), 30 s for the others. *)
 val call_limit : string -> float
 
+(** A signal's name (OCaml numbers signals its own way). *)
+val signal_name : int -> string
+
 (** Seconds a call of a function that already hung may be in flight. *)
 val known_hang_limit : float
 

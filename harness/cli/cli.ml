@@ -26,8 +26,9 @@ Usage:
       (see sweep) and counts its runs in the verdicts; --no-sweep skips it.
   rig-conform run --case NAME --seed N [--plugin PATH] [--driver NAME] [--mutant NAME] [--inject F:N:K]
                   [--sequences N]
-      Runs one case once, in this process, and prints its findings: the replay line
-      that certify prints beside each failure.  Exit 1 when it finds a violation.
+      Runs one case once, in a child it watches, and prints its findings: the replay line
+      that certify prints beside each failure.  Exit 1 when it finds a violation, and when
+      a driver call outlives its limit (printed: HUNG, the function, seconds, its clause).
   rig-conform run --scenario FILE [--plugin PATH] [--driver NAME]
       Runs one scenario file (a model counterexample's .scn, say) as a case, the same way.
   rig-conform selftest [--seeds N] [-j N] [--timeout SECONDS] [--report PATH] [--mutant NAME]

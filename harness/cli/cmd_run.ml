@@ -46,6 +46,8 @@ let run args =
         | None -> Cli.usage_error "no case %S (see rig-conform list)" name)
   in
   let name = case.name in
+  (* Before the plugin loads: it may start threads, and fork wants none. *)
+  Run_watch.fork_watched case;
   let drv = driver_here o in
   let arm inject =
     drv.reset ();

@@ -14,6 +14,7 @@ let names =
 (* A descriptor is its number on Linux (Unix's own representation). *)
 let fd_int (fd : Unix.file_descr) : int = Obj.magic fd
 let create () : Unix.file_descr = Obj.magic (create_fd ())
+let attach_page fd = attach (fd_int fd)
 
 let name i = if i >= 0 && i < Array.length names then names.(i) else Printf.sprintf "call #%d" i
 let in_flight fd =

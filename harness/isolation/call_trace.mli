@@ -28,6 +28,10 @@ val describe : (int * (string * float) list) list -> string option
 (** [attach fd]: the page the certifier gave (Channel does it). *)
 val attach : int -> bool
 
+(** [attach_page fd]: a page this process made with [create] (run's
+    watched child). *)
+val attach_page : Unix.file_descr -> bool
+
 (** [wrap p]: the package whose driver functions, capability, openers'
     make and queue functions (room, submit, commit) mark the page as they
     run, and otherwise are [p]'s. *)

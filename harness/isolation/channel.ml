@@ -47,6 +47,8 @@ let attach_from_environment () =
   unsetenv channel_var;
   unsetenv calls_var
 
+let to_certifier () = !target <> None
+
 let one_line s = String.map (function '\n' | '\r' -> ' ' | c -> c) s
 
 let write line =

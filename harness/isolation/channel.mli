@@ -17,6 +17,9 @@
     Called once, before any driver code is loaded. *)
 val attach_from_environment : unit -> unit
 
+(** Whether this process is a certifier's child (it took a channel). *)
+val to_certifier : unit -> bool
+
 (** [say record]: one record (tabs separate its fields; newlines become
     spaces, and a record is cut to fit one atomic pipe write). *)
 val say : string -> unit

@@ -1,0 +1,53 @@
+(* run's watch over its own case; see run_watch.mli. *)
+
+let me = Cli.me
+
+(* The innermost call of a thread that overstayed its limit, with the call
+   it was made from. *)
+let overstayed threads =
+  let rec innermost = function
+    | [] -> None
+    | (fn, s) :: outer ->
+        if s > Runner.call_limit fn then Some (fn, s, match outer with (o, _) :: _ -> Some o | [] -> None)
+        else innermost outer
+  in
+  List.find_map (fun (_, calls) -> innermost (List.rev calls)) threads
+
+let rec reap pid = try snd (Unix.waitpid [] pid) with Unix.Unix_error (Unix.EINTR, _, _) -> reap pid
+
+let watch (case : Case.t) pid page =
+  let kill () = try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> () in
+  let on_signal code = Sys.Signal_handle (fun _ -> kill (); ignore (reap pid); exit code) in
+  Sys.set_signal Sys.sigint (on_signal 130);
+  Sys.set_signal Sys.sigterm (on_signal 143);
+  let rec loop () =
+    match Unix.waitpid [ Unix.WNOHANG ] pid with
+    | exception Unix.Unix_error (Unix.EINTR, _, _) -> loop ()
+    | 0, _ -> (
+        match overstayed (Call_trace.in_flight page) with
+        | None -> Unix.sleepf 0.1; loop ()
+        | Some (fn, s, inside) ->
+            kill ();
+            ignore (reap pid);
+            let clause = match Report.clause_of_hang ?inside case fn with Some c -> c | None -> String.concat "," case.clauses in
+            Printf.printf "HUNG\t%s\t%.0f\t%s\n%!" fn s clause;
+            Printf.eprintf "%s: the driver's %s%s did not return within %.0f s (a hang there is %s's); the case was killed\n%!" me fn
+              (match inside with Some o -> " (called inside " ^ o ^ ")" | None -> "") s clause;
+            exit 1)
+    | _, Unix.WEXITED n -> exit n
+    | _, Unix.WSIGNALED n ->
+        Printf.eprintf "%s: the case's process was killed by %s\n%!" me (Runner.signal_name n);
+        exit 1
+    | _, Unix.WSTOPPED _ -> loop ()
+  in
+  loop ()
+
+let fork_watched case =
+  if not (Channel.to_certifier ()) then begin
+    let page = Call_trace.create () in
+    flush stdout;
+    flush stderr;
+    match Unix.fork () with
+    | 0 -> ignore (Call_trace.attach_page page)
+    | pid -> watch case pid page
+  end
