@@ -52,7 +52,6 @@ BROKEN = {
 # The certifier's misses: driver -> what it said.  The expectation above
 # stays; the mark comes off once the certifier catches it.
 MISSED = {
-    "c7r-fault-after-commit": "passes: after a Fault rig calls only stop, free and unload, and unload gives the program back; no probe prepares on a faulted device",
     "c7r-evict-first": "passes: the kit's scratch binary has one function, so no other function's prepared program is there to evict",
 }
 

@@ -85,6 +85,7 @@ type image = {
   fns : (string * int) list;  (** name, index in the C image *)
   unloaded : bool Atomic.t;
   mutable started : string list;  (** the prepare-marks-then-logs mutant's record *)
+  mutable making : string list;  (** the prepare-oom-stuck mutant's marks *)
 }
 
 let names = [| "fake0"; "fake1"; "fake2" |]
@@ -152,6 +153,10 @@ let alloc_busy = Atomic.make 0
 (* The wait-drops-lock mutant: the shape of a Condition.wait that an
    exception leaves without its mutex (OCaml issue 12675), by hand. *)
 let sleep_mutex = Mutex.create ()
+
+(* The prepare-oom-stuck mutant's wait for a making to end. *)
+let making_mutex = Mutex.create ()
+let making_done = Condition.create ()
 
 (* The entry cache's mutex of the entry-lock-uncounted mutant. *)
 let entry_mutex = Mutex.create ()
@@ -380,6 +385,7 @@ module D = struct
                 fns = List.mapi (fun i (n, _, _) -> (n, i)) fns;
                 unloaded = Atomic.make false;
                 started = [];
+                making = [];
               })
 
   let loaded i fn = if Atomic.get i.unloaded then invalid_arg ("fake: " ^ fn ^ " of an unloaded image")
@@ -388,6 +394,9 @@ module D = struct
     counted i.on "entry" ~answer:(fun () -> E.No_memory 64) (fun () ->
         (if i.on.mut = m_entry_lock_uncounted then Mutex.protect entry_mutex else fun g -> g ()) @@ fun () ->
         loaded i "entry";
+        if i.on.mut = m_prepare_oom_stuck && List.mem f i.making then
+          (* waits for the making to end, which nothing will say *)
+          Mutex.protect making_mutex (fun () -> while List.mem f i.making do Condition.wait making_done making_mutex done);
         match List.assoc_opt f i.fns with
         | None -> E.Absent
         | Some k -> (
@@ -429,6 +438,18 @@ module D = struct
                 i.started <- f :: i.started;
                 prepare_trace := Printf.sprintf "prepare %s: started" f;
                 c_prepare i.iptr k
+              end
+            end
+            else if i.on.mut = m_prepare_fault_after_make then begin
+              (* The device's state is looked at once the work is done. *)
+              c_prepare i.iptr k;
+              if c_dead i.on.dev then raise (Fault (c_fault_reason i.on.dev))
+            end
+            else if i.on.mut = m_prepare_oom_stuck then begin
+              (* The mark is cleared where the making succeeds only. *)
+              if not (List.mem f i.making) then begin
+                i.making <- f :: i.making;
+                if c_entry i.iptr k <> -2 then i.making <- List.filter (( <> ) f) i.making
               end
             end
             else if i.on.mut = m_prepare_c_lock_uncounted then c_prepare_traced i.iptr k (fun k -> prepare_trace := Printf.sprintf "prepare %s (function %d)" f k)

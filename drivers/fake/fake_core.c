@@ -791,6 +791,10 @@ fail:
   return NULL;
 }
 
+/* The entry-keeps-scratch mutant's table, which its functions need
+ * besides their scratch. */
+#define FAKE_ENTRY_TABLE_BYTES 256
+
 /* Called with the lock held. */
 static int64_t make_entry(struct fake_dev *d, struct fake_fn *f) {
   if (f->entry && !mutant(d, FAKE_M_ENTRY_REMAKES)) return (int64_t)f->entry;
@@ -799,6 +803,13 @@ static int64_t make_entry(struct fake_dev *d, struct fake_fn *f) {
   if (f->scratch > offered && !mutant(d, FAKE_M_ENTRY_TOO_BIG_NO_MEMORY))
     return FAKE_ENTRY_TOO_BIG;
   uint64_t room = room_of(d, FAKE_DEVICE);
+  if (mutant(d, FAKE_M_ENTRY_KEEPS_SCRATCH) && f->scratch <= room && room - f->scratch < FAKE_ENTRY_TABLE_BYTES) {
+    /* the scratch taken first, then the function's table refused: No_memory,
+     * rightly, but with the scratch kept (only at the edge, where the
+     * scratch fits and the table does not) */
+    d->used[FAKE_DEVICE] += f->scratch;
+    return FAKE_ENTRY_NO_MEMORY;
+  }
   if (f->scratch > room || (f->scratch == room && mutant(d, FAKE_M_ENTRY_FULL_NO_MEMORY))) {
     if (mutant(d, FAKE_M_ENTRY_LEAKS)) d->used[FAKE_DEVICE] += room;
     return FAKE_ENTRY_NO_MEMORY;

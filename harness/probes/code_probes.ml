@@ -570,6 +570,39 @@ let code7_prepare_raises (module P : Package) ~seed =
       in
       try_points false points)
 
+(* CODE-7, "a prepare that raises must have changed nothing", where a
+   prepare raises of itself: on a device whose work faulted before rig
+   learnt of it.  Rig may call prepare then (no call of its has raised
+   Fault yet); a prepare that makes f's scratch and then raises Fault
+   leaves it made by nobody until the image is unloaded.  The fault
+   function runs, the word is read for a while as rig reads it (no sleep,
+   which would tell rig), then f, with no entry, is prepared.  Judged only
+   when that prepare raises Fault. *)
+let code7_prepare_after_fault (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"CODE-7" ~seed (fun s ->
+      let fault = K.need_item "fault" P.kit.fault in
+      let dev = K.open_first s in
+      let i, f = K.function_to_prepare s dev in
+      let h = K.kit_entry s dev "fault" fault in
+      let free () =
+        try K.free_bytes s dev
+        with e -> raise (Skip (spf "setup: alloc on the faulted device raised %s" (Printexc.to_string e)))
+      in
+      ignore (K.launch dev h "fault");
+      let reads_end = now () +. 0.1 in
+      while now () < reads_end do ignore (P.D.signaled dev.d); Thread.delay 0.001 done;
+      let before = free () in
+      match Prim.masked (fun () -> P.D.prepare i.image f) with
+      | () -> raise (Skip (spf "prepare of %S after a launch of the fault function %S did not raise: nothing to judge" f fault))
+      | exception P.D.Fault why ->
+          (* what a prepare handed to a thread of its own may still do *)
+          Thread.delay 0.3;
+          let after = free () in
+          if after <> before then
+            K.flag s "prepare of %S, after a launch of the fault function %S, raised Fault (%s) and changed free Device memory from %d to %d bytes" f fault why before after
+      | exception e -> raise (Skip (spf "prepare of %S after the fault raised %s, not Fault (CODE-6's to judge)" f (Printexc.to_string e))))
+
 let cases =
   [
     case "probe.CODE-1.image" "CODE-1" code1_image;
@@ -580,4 +613,5 @@ let cases =
     case "probe.CODE-7.prepare-idle" "CODE-7" code7_prepare_idle;
     case "probe.CODE-7.prepare-started" "CODE-7" code7_prepare_started;
     case "probe.CODE-7.prepare-raises" "CODE-7" code7_prepare_raises;
+    case "probe.CODE-7.prepare-after-fault" "CODE-7" code7_prepare_after_fault;
   ]
