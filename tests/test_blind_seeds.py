@@ -40,6 +40,7 @@ SETS = [
     ("test_blind_c7r", "BLINDC7R"),
     ("test_blind_c7n", "BLINDC7N"),
     ("test_blind_rf", "BLINDRF"),
+    ("test_blind_c7f", "BLINDC7F"),
 ]
 
 

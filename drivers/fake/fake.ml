@@ -154,6 +154,10 @@ let alloc_busy = Atomic.make 0
    exception leaves without its mutex (OCaml issue 12675), by hand. *)
 let sleep_mutex = Mutex.create ()
 
+(* The prepare-fault-marks mutant's record of the functions being made, in
+   the process: (name, scratch bytes). *)
+let being_made : (string * int, unit) Hashtbl.t = Hashtbl.create 8
+
 (* The prepare-oom-stuck mutant's wait for a making to end. *)
 let making_mutex = Mutex.create ()
 let making_done = Condition.create ()
@@ -444,6 +448,16 @@ module D = struct
               (* The device's state is looked at once the work is done. *)
               c_prepare i.iptr k;
               if c_dead i.on.dev then raise (Fault (c_fault_reason i.on.dev))
+            end
+            else if i.on.mut = m_prepare_fault_marks then begin
+              (* The record is cleared where the making ends only. *)
+              let key = (f, c_scratch i.iptr k) in
+              if not (Hashtbl.mem being_made key) then begin
+                Hashtbl.replace being_made key ();
+                if c_dead i.on.dev then raise (Fault (c_fault_reason i.on.dev));
+                c_prepare i.iptr k;
+                Hashtbl.remove being_made key
+              end
             end
             else if i.on.mut = m_prepare_oom_stuck then begin
               (* The mark is cleared where the making succeeds only. *)

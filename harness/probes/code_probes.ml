@@ -573,34 +573,77 @@ let code7_prepare_raises (module P : Package) ~seed =
 (* CODE-7, "a prepare that raises must have changed nothing", where a
    prepare raises of itself: on a device whose work faulted before rig
    learnt of it.  Rig may call prepare then (no call of its has raised
-   Fault yet); a prepare that makes f's scratch and then raises Fault
-   leaves it made by nobody until the image is unloaded.  The fault
-   function runs, the word is read for a while as rig reads it (no sleep,
-   which would tell rig), then f, with no entry, is prepared.  Judged only
-   when that prepare raises Fault. *)
+   Fault yet).  The fault function runs, the word is read for a while as
+   rig reads it (no sleep, which would tell rig), then f, with no entry, is
+   prepared on an image of its own.  Judged only when that prepare raises
+   Fault:
+   - free Device memory 0.3 s later must be what it was before it;
+   - what it left must not change what a prepare of f makes later: rig,
+     having lost the device, stops it, and a new device of the same name
+     gets an image of f's binary and one of another scratch binary (kit.
+     scratch): a prepare of f there that makes nothing while one of the
+     other function makes something is CODE-7 (a record of f as "being
+     made" that the raise left behind, in the process rather than the
+     device).  Measured only once a prepare raised Fault: the history
+     without the fault would cost every run two more prepares. *)
 let code7_prepare_after_fault (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"CODE-7" ~seed (fun s ->
       let fault = K.need_item "fault" P.kit.fault in
-      let dev = K.open_first s in
-      let i, f = K.function_to_prepare s dev in
-      let h = K.kit_entry s dev "fault" fault in
-      let free () =
+      let need = 4096 * (1 + K.int s 4) in
+      let load dev =
+        match P.kit.scratch with
+        | Some _ -> K.scratch_image s dev need
+        | None -> (K.binary_image s dev, K.need_item "scratch or spin" P.kit.spin)
+      in
+      let free dev =
         try K.free_bytes s dev
         with e -> raise (Skip (spf "setup: alloc on the faulted device raised %s" (Printexc.to_string e)))
       in
+      let prepare (i : K.img) f = Prim.masked (fun () -> P.D.prepare i.image f) in
+      (* What a prepare of f on [i] takes: what shows within 1 s, and 0.3 s
+         more for the rest of work on a thread of its own. *)
+      let made dev i f =
+        let before = free dev in
+        (try prepare i f with _ -> ());
+        let deadline = now () +. 1. in
+        let rec shows () = if before - free dev > 0 || now () > deadline then () else (Thread.delay 0.02; shows ()) in
+        shows ();
+        Thread.delay 0.3;
+        before - free dev
+      in
+      let dev = K.open_first s in
+      let i, f = load dev in
+      let h = K.kit_entry s dev "fault" fault in
       ignore (K.launch dev h "fault");
       let reads_end = now () +. 0.1 in
       while now () < reads_end do ignore (P.D.signaled dev.d); Thread.delay 0.001 done;
-      let before = free () in
-      match Prim.masked (fun () -> P.D.prepare i.image f) with
+      let before = free dev in
+      match prepare i f with
       | () -> raise (Skip (spf "prepare of %S after a launch of the fault function %S did not raise: nothing to judge" f fault))
       | exception P.D.Fault why ->
           (* what a prepare handed to a thread of its own may still do *)
           Thread.delay 0.3;
-          let after = free () in
+          let after = free dev in
           if after <> before then
             K.flag s "prepare of %S, after a launch of the fault function %S, raised Fault (%s) and changed free Device memory from %d to %d bytes" f fault why before after
+          else if P.kit.scratch = None then
+            Case.report_unjudged [ ("CODE-7", "without kit.scratch, no other function to compare a later prepare of f with") ]
+          else begin
+            (* rig lost the device: it stops it, then opens its name again *)
+            dev.lost <- Some why;
+            K.close s dev;
+            let dev' = K.open_first s in
+            let i', _ = load dev' in
+            let later = made dev' i' f in
+            let other_need = need + 4096 in
+            let j, g = K.scratch_image s dev' other_need in
+            let other = made dev' j g in
+            if later <= 0 && other > 0 then
+              K.flag s "prepare of %S, after a launch of the fault function %S, raised Fault (%s); on a new device of the same name, a prepare of %S on an image of the same binary made nothing, where one of %S (%d bytes of scratch) made %d bytes" f fault why f g other_need other
+            else if other <= 0 then
+              Case.report_unjudged [ ("CODE-7", spf "a prepare of %S makes nothing that free Device memory shows: what the raised prepare left for later ones is not seen" g) ]
+          end
       | exception e -> raise (Skip (spf "prepare of %S after the fault raised %s, not Fault (CODE-6's to judge)" f (Printexc.to_string e))))
 
 let cases =
