@@ -15,7 +15,12 @@ let overstayed threads =
 
 let rec reap pid = try snd (Unix.waitpid [] pid) with Unix.Unix_error (Unix.EINTR, _, _) -> reap pid
 
-let watch (case : Case.t) pid page =
+(* [ended] is the read end of a pipe whose write end only the child holds:
+   it reads end-of-file the moment the child exits, or earlier if the
+   driver closes it; after that the calls in flight are looked at every
+   10 ms until the child is reaped. *)
+let watch (case : Case.t) pid page ended =
+  let open_ = ref true in
   let kill () = try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> () in
   let on_signal code = Sys.Signal_handle (fun _ -> kill (); ignore (reap pid); exit code) in
   Sys.set_signal Sys.sigint (on_signal 130);
@@ -25,7 +30,14 @@ let watch (case : Case.t) pid page =
     | exception Unix.Unix_error (Unix.EINTR, _, _) -> loop ()
     | 0, _ -> (
         match overstayed (Call_trace.in_flight page) with
-        | None -> Unix.sleepf 0.1; loop ()
+        | None ->
+            (if not !open_ then Unix.sleepf 0.01
+             else
+               match Unix.select [ ended ] [] [] 0.1 with
+               | [], _, _ -> ()
+               | _ -> ( try if Unix.read ended (Bytes.create 1) 0 1 = 0 then open_ := false with Unix.Unix_error _ -> open_ := false)
+               | exception Unix.Unix_error (Unix.EINTR, _, _) -> ());
+            loop ()
         | Some (fn, s, inside) ->
             kill ();
             ignore (reap pid);
@@ -47,7 +59,12 @@ let fork_watched case =
     let page = Call_trace.create () in
     flush stdout;
     flush stderr;
+    let ended, alive = Unix.pipe ~cloexec:true () in
     match Unix.fork () with
-    | 0 -> ignore (Call_trace.attach_page page)
-    | pid -> watch case pid page
+    | 0 ->
+        Unix.close ended;
+        ignore (Call_trace.attach_page page)
+    | pid ->
+        Unix.close alive;
+        watch case pid page ended
   end
