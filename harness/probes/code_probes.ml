@@ -575,8 +575,9 @@ let code7_prepare_raises (module P : Package) ~seed =
    learnt of it.  Rig may call prepare then (no call of its has raised
    Fault yet).  The fault function runs, the word is read for a while as
    rig reads it (no sleep, which would tell rig), then f, with no entry, is
-   prepared on an image of its own.  Judged only when that prepare raises
-   Fault:
+   prepared on an image of its own (once more on a new image after 400 ms
+   more of reads if it did not raise: the fault may come late on a loaded
+   machine).  Judged only when that prepare raises Fault:
    - free Device memory 0.3 s later must be what it was before it;
    - what it left must not change what a prepare of f makes later: rig,
      having lost the device, stops it, and a new device of the same name
@@ -613,38 +614,48 @@ let code7_prepare_after_fault (module P : Package) ~seed =
         before - free dev
       in
       let dev = K.open_first s in
-      let i, f = load dev in
       let h = K.kit_entry s dev "fault" fault in
       ignore (K.launch dev h "fault");
-      let reads_end = now () +. 0.1 in
-      while now () < reads_end do ignore (P.D.signaled dev.d); Thread.delay 0.001 done;
-      let before = free dev in
-      match prepare i f with
-      | () -> raise (Skip (spf "prepare of %S after a launch of the fault function %S did not raise: nothing to judge" f fault))
-      | exception P.D.Fault why ->
-          (* what a prepare handed to a thread of its own may still do *)
-          Thread.delay 0.3;
-          let after = free dev in
-          if after <> before then
-            K.flag s "prepare of %S, after a launch of the fault function %S, raised Fault (%s) and changed free Device memory from %d to %d bytes" f fault why before after
-          else if P.kit.scratch = None then
-            Case.report_unjudged [ ("CODE-7", "without kit.scratch, no other function to compare a later prepare of f with") ]
-          else begin
-            (* rig lost the device: it stops it, then opens its name again *)
-            dev.lost <- Some why;
-            K.close s dev;
-            let dev' = K.open_first s in
-            let i', _ = load dev' in
-            let later = made dev' i' f in
-            let other_need = need + 4096 in
-            let j, g = K.scratch_image s dev' other_need in
-            let other = made dev' j g in
-            if later <= 0 && other > 0 then
-              K.flag s "prepare of %S, after a launch of the fault function %S, raised Fault (%s); on a new device of the same name, a prepare of %S on an image of the same binary made nothing, where one of %S (%d bytes of scratch) made %d bytes" f fault why f g other_need other
-            else if other <= 0 then
-              Case.report_unjudged [ ("CODE-7", spf "a prepare of %S makes nothing that free Device memory shows: what the raised prepare left for later ones is not seen" g) ]
-          end
-      | exception e -> raise (Skip (spf "prepare of %S after the fault raised %s, not Fault (CODE-6's to judge)" f (Printexc.to_string e))))
+      let reads ms =
+        let reads_end = now () +. (float ms /. 1000.) in
+        while now () < reads_end do ignore (P.D.signaled dev.d); Thread.delay 0.001 done
+      in
+      (* The fault may come late on a loaded machine: a prepare that did not
+         raise is tried again on a new image once more time has passed. *)
+      let rec raised = function
+        | [] -> raise (Skip (spf "prepares after a launch of the fault function %S did not raise: nothing to judge" fault))
+        | ms :: later -> (
+            reads ms;
+            let i, f = load dev in
+            let before = free dev in
+            match prepare i f with
+            | () -> K.unload_img i; raised later
+            | exception P.D.Fault why -> (f, before, why)
+            | exception e -> raise (Skip (spf "prepare of %S after the fault raised %s, not Fault (CODE-6's to judge)" f (Printexc.to_string e))))
+      in
+      let f, before, why = raised [ 100; 400 ] in
+      (* what a prepare handed to a thread of its own may still do *)
+      Thread.delay 0.3;
+      let after = free dev in
+      if after <> before then
+        K.flag s "prepare of %S, after a launch of the fault function %S, raised Fault (%s) and changed free Device memory from %d to %d bytes" f fault why before after
+      else if P.kit.scratch = None then
+        Case.report_unjudged [ ("CODE-7", "without kit.scratch, no other function to compare a later prepare of f with") ]
+      else begin
+        (* rig lost the device: it stops it, then opens its name again *)
+        dev.lost <- Some why;
+        K.close s dev;
+        let dev' = K.open_first s in
+        let i', _ = load dev' in
+        let later = made dev' i' f in
+        let other_need = need + 4096 in
+        let j, g = K.scratch_image s dev' other_need in
+        let other = made dev' j g in
+        if later <= 0 && other > 0 then
+          K.flag s "prepare of %S, after a launch of the fault function %S, raised Fault (%s); on a new device of the same name, a prepare of %S on an image of the same binary made nothing, where one of %S (%d bytes of scratch) made %d bytes" f fault why f g other_need other
+        else if other <= 0 then
+          Case.report_unjudged [ ("CODE-7", spf "a prepare of %S makes nothing that free Device memory shows: what the raised prepare left for later ones is not seen" g) ]
+      end)
 
 let cases =
   [
