@@ -149,7 +149,7 @@ static struct run {
   uint64_t budget_epoch; /* bumped when anything takes device memory (QUEUE-3) */
   atomic_int counted;    /* counted calls in flight (CNT-3) */
   pthread_t sleeper, watcher;
-  atomic_int sleeper_stop, watcher_stop;
+  atomic_int sleeper_stop, watcher_stop, watcher_seen;
   int sleeper_on, watcher_on;
 } R;
 
@@ -596,13 +596,16 @@ static void *sleeper_main(void *arg) {
 /* Real-worker mode: a thread that reads the word and nothing else, as rig
  * may from any thread without a lock.  It never synchronises with the
  * worker, so a word that is not atomic races with its loads on every run
- * that writes the word: TSan's verdict on the word-race mutant does not
- * depend on how the threads happened to be scheduled (the sleeper's loads
- * are ordered by the device's mutex more often than not). */
+ * that writes the word (the run waits for its first load): TSan's verdict
+ * on the word-race mutant does not depend on how the threads happened to
+ * be scheduled (the sleeper's loads are ordered by the device's mutex more
+ * often than not). */
 static void *watcher_main(void *arg) {
   (void)arg;
   do {
     (void)D->signaled(R.dev);
+    /* relaxed: TSan sees no synchronisation in it */
+    atomic_store_explicit(&R.watcher_seen, 1, memory_order_relaxed);
     sched_yield();
   } while (!atomic_load(&R.watcher_stop));
   return NULL;
@@ -677,7 +680,11 @@ static void run_open(void) {
     atomic_store(&R.sleeper_stop, 0);
     atomic_store(&R.watcher_stop, 0);
     R.sleeper_on = pthread_create(&R.sleeper, NULL, sleeper_main, NULL) == 0;
+    atomic_store_explicit(&R.watcher_seen, 0, memory_order_relaxed);
     R.watcher_on = pthread_create(&R.watcher, NULL, watcher_main, NULL) == 0;
+    /* The run goes on once the watcher has read the word: on a loaded
+     * machine it might otherwise first run after the last write. */
+    while (R.watcher_on && !atomic_load_explicit(&R.watcher_seen, memory_order_relaxed)) sched_yield();
   }
 }
 
