@@ -41,6 +41,7 @@ SETS = [
     ("test_blind_c7n", "BLINDC7N"),
     ("test_blind_rf", "BLINDRF"),
     ("test_blind_c7f", "BLINDC7F"),
+    ("test_blind_s3b", "BLINDS3B"),
 ]
 
 

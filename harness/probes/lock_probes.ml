@@ -352,71 +352,117 @@ module Probe (Pk : Rig_edge.Package) = struct
 
   (* ------------------------------------------------------------ SIG-3 *)
 
-  (* While a sleep blocks on an idle device (still_ms 200, the word
-     unmoved), another OCaml thread must run.  It counts its turns; the
-     probe sums the turns taken while a sleep was in flight and compares
-     their rate with the thread's free rate, measured just before and just
-     after (as long each time, and averaged) while this thread waits in
-     Thread.delay (which releases the runtime).  A wait that releases the runtime lets the thread turn about
-     as freely (the two rates are within some 30% of each other, also under
-     load); a step that keeps it lets the thread in only where the step
-     hands the runtime over (at the tick, between slices): a few turns, or a
-     few per cent of the free rate for a wait that releases the runtime
-     only between slices of a blocking step that keeps it.  Under a quarter
-     of the free rate is a kept runtime.  "It may return earlier": a
-     sleep that returns early is asked again until 200 ms were spent inside
-     sleeps, so that a driver whose sleeps last 1 ms is judged on as much
-     blocked time as one whose sleep lasts 200 ms.  Load bends single
-     measures both ways: it can starve the thread for a while (a released
-     runtime looks kept), and it can deschedule the sleeping thread in the
-     instant its wait hands the runtime over, so that the thread turns for a
-     whole time slice inside a kept wait (a kept runtime looks released).
-     So the measures vote: a kept runtime is reported when three show it
-     before two show a released one (at most four measures); a measure at
-     twice the kept share or more counts as two. *)
-  let blocked_goal_ms = 200.
+  (* While a sleep blocks on an idle device (the word unmoved), another
+     OCaml thread must run.  It counts its turns and notes each pause of its
+     own longer than a few ms; the probe compares what it got while sleeps
+     were in flight with what it gets while this thread waits in
+     Thread.delay (which releases the runtime), just before and just after,
+     as long each time.  A wait that keeps the runtime shows in either of
+     two ways:
+     - the rate of turns: under a quarter of the free rate.  A wait that
+       releases the runtime only between slices of a blocking step that
+       keeps it lets the thread in at each hand-over: a few per cent;
+     - the longest pause inside one sleep: at least 10 ms and twice the
+       longest in the free waits (on a loaded machine the thread is
+       descheduled for some 16 ms now and then, in either).  A wait that keeps the runtime for part of
+       a call (its second half, its short calls only, one call in three)
+       leaves the rate high but the thread stopped that long.
+     The sleeps ask for varied still_ms (100, 15, 40, 20, 60, again), so
+     that a wait that keeps the runtime only for some lengths or some calls
+     is met, until 250 ms were spent inside sleeps ("it may return
+     earlier": a sleep that returns early is asked again, and a driver
+     whose sleeps last 1 ms is judged on as much blocked time).  Load bends
+     single measures both ways: it can starve the thread for a while (a
+     released runtime looks kept), and it can deschedule the sleeping
+     thread in the instant its wait hands the runtime over, so that the
+     thread turns for a whole time slice inside a kept wait (a kept runtime
+     looks released).  So the measures vote: a kept runtime is reported
+     when three show it before two show a released one (at most four
+     measures); a measure at twice the kept share or more, with no pause of
+     10 ms within a sleep, counts as two. *)
+  let blocked_goal_ms = 250.
+  let still_cycle = [| 100; 15; 40; 20; 60 |]
   let max_sleeps = 400
   let kept_share = 0.25
   let kept_votes = 3
   let released_votes = 2
 
-  type sig3_measure = { calls : int; blocked_ms : float; inside : int; free_rate : float }
+  (* Pauses of the other thread are noted from this length on. *)
+  let pause_note_ms = 3.
+  let pause_floor_ms = 10.
+  let pause_over_free = 2.
 
-  let sig3_measure d ~turns =
-    let now () = Unix.gettimeofday () *. 1000. in
+  type sig3_measure = {
+    calls : int;
+    blocked_ms : float;
+    inside : int;
+    free_rate : float;
+    pause_in_sleep : float * int;  (** the longest pause within one sleep, and that sleep's still_ms *)
+    pause_free : float;  (** the longest pause within a free wait *)
+  }
+
+  let now_ms () = Unix.gettimeofday () *. 1000.
+
+  (* The longest part of a pause (from, to) within one window (from, to). *)
+  let longest_within pauses windows =
+    List.fold_left
+      (fun best (w0, w1, tag) ->
+        List.fold_left
+          (fun (b, t) (p0, p1) ->
+            let o = Float.min p1 w1 -. Float.max p0 w0 in
+            if o > b then (o, tag) else (b, t))
+          best pauses)
+      (0., 0) windows
+
+  let sig3_measure d ~turns ~pauses =
     (* As long as the sleeps' window, so that the load of the machine
        weighs on both alike *)
-    let free_rate () =
-      let before = Atomic.get turns and t0 = now () in
+    let free_wait () =
+      let before = Atomic.get turns and t0 = now_ms () in
       Thread.delay (blocked_goal_ms /. 1000.);
-      float (Atomic.get turns - before) /. (now () -. t0)
+      let t1 = now_ms () in
+      (float (Atomic.get turns - before) /. (t1 -. t0), (t0, t1, 0))
     in
     let w = D.signaled d in
-    let rec sleeps ~calls ~blocked_ms ~inside =
-      if blocked_ms >= blocked_goal_ms || calls >= max_sleeps then (calls, blocked_ms, inside)
+    let rec sleeps ~calls ~blocked_ms ~inside ~windows =
+      if blocked_ms >= blocked_goal_ms || calls >= max_sleeps then (calls, blocked_ms, inside, windows)
       else
-        let before = Atomic.get turns and t0 = now () in
-        match P.masked (fun () -> D.sleep d ~seen:w ~still_ms:200) with
-        | () -> sleeps ~calls:(calls + 1) ~blocked_ms:(blocked_ms +. now () -. t0) ~inside:(inside + Atomic.get turns - before)
+        let still_ms = still_cycle.(calls mod Array.length still_cycle) in
+        let before = Atomic.get turns and t0 = now_ms () in
+        match P.masked (fun () -> D.sleep d ~seen:w ~still_ms) with
+        | () ->
+            let t1 = now_ms () in
+            sleeps ~calls:(calls + 1) ~blocked_ms:(blocked_ms +. t1 -. t0) ~inside:(inside + Atomic.get turns - before)
+              ~windows:((t0, t1, still_ms) :: windows)
         | exception e -> raise (Skip (spf "sleep on an idle device raised %s" (Printexc.to_string e)))
     in
-    let r0 = free_rate () in
-    let calls, blocked_ms, inside = sleeps ~calls:0 ~blocked_ms:0. ~inside:0 in
-    { calls; blocked_ms; inside; free_rate = (r0 +. free_rate ()) /. 2. }
+    let r0, f0 = free_wait () in
+    let calls, blocked_ms, inside, windows = sleeps ~calls:0 ~blocked_ms:0. ~inside:0 ~windows:[] in
+    let r1, f1 = free_wait () in
+    let noted = Atomic.get pauses in
+    { calls; blocked_ms; inside; free_rate = (r0 +. r1) /. 2.;
+      pause_in_sleep = longest_within noted windows; pause_free = fst (longest_within noted [ f0; f1 ]) }
 
-  let kept m = float m.inside /. m.blocked_ms < kept_share *. m.free_rate
+  let kept_rate m = float m.inside /. m.blocked_ms < kept_share *. m.free_rate
+  let kept_pause m = fst m.pause_in_sleep >= Float.max pause_floor_ms (pause_over_free *. m.pause_free)
+  let kept m = kept_rate m || kept_pause m
 
   (* At twice the kept share a runtime is plainly released: one such
      measure is the whole vote, so a conforming wait costs one measure. *)
-  let clearly_released m = float m.inside /. m.blocked_ms >= 2. *. kept_share *. m.free_rate
+  let clearly_released m =
+    float m.inside /. m.blocked_ms >= 2. *. kept_share *. m.free_rate && fst m.pause_in_sleep < pause_floor_ms
 
   let sig3 ~seed:_ =
     let d = P.masked (first ()).make in
-    let running = Atomic.make true and turns = Atomic.make 0 in
+    let running = Atomic.make true and turns = Atomic.make 0 and pauses = Atomic.make [] in
     let t =
       Thread.create
         (fun () ->
+          let last = ref (now_ms ()) in
           while Atomic.get running do
+            let t = now_ms () in
+            if t -. !last >= pause_note_ms then Atomic.set pauses ((!last, t) :: Atomic.get pauses);
+            last := t;
             Atomic.incr turns;
             Thread.yield ()
           done)
@@ -426,7 +472,8 @@ module Probe (Pk : Rig_edge.Package) = struct
        starved, ends the vote: the verdict below skips on it. *)
     let judgeable m = m.blocked_ms >= 0.5 *. float m.calls && m.free_rate *. blocked_goal_ms >= 20. in
     let rec measure ~kept_n ~released_n =
-      let m = sig3_measure d ~turns in
+      Atomic.set pauses [];
+      let m = sig3_measure d ~turns ~pauses in
       if not (judgeable m) then (kept_n, released_n, m)
       else
         let kept_n, released_n =
@@ -449,7 +496,15 @@ module Probe (Pk : Rig_edge.Package) = struct
     | Ok (_, _, m) when m.free_rate *. blocked_goal_ms < 20. ->
         raise (Skip (spf "another OCaml thread turned only %.3f times a ms while the probe waited in Thread.delay: the runtime is too busy to judge a wait by" m.free_rate))
     | Ok (kept_n, released_n, m) when kept_n >= kept_votes ->
-        [ finding "SIG-3" "while sleep blocked (%d call(s) of still_ms 200, %.0f ms in all, the word unmoved), another OCaml thread got %d turn(s), %.2f a ms, under %.0f%% of the %.0f a ms it gets while the probe waits in Thread.delay (%d of %d measures show it): the wait's blocking step keeps the OCaml runtime" m.calls m.blocked_ms m.inside (float m.inside /. m.blocked_ms) (100. *. kept_share) m.free_rate kept_n (kept_n + released_n) ]
+        let shown =
+          if kept_rate m then
+            spf "another OCaml thread got %d turn(s), %.2f a ms, under %.0f%% of the %.0f a ms it gets while the probe waits in Thread.delay" m.inside
+              (float m.inside /. m.blocked_ms) (100. *. kept_share) m.free_rate
+          else
+            spf "another OCaml thread did not run for %.0f ms on end within one sleep of still_ms %d, where its longest pause while the probe waits in Thread.delay is %.1f ms"
+              (fst m.pause_in_sleep) (snd m.pause_in_sleep) m.pause_free
+        in
+        [ finding "SIG-3" "while sleep blocked (%d call(s), %.0f ms in all, the word unmoved), %s (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime" m.calls m.blocked_ms shown kept_n (kept_n + released_n) ]
     | Ok _ -> []
 end
 

@@ -1,0 +1,85 @@
+"""Drivers about a wait's blocking step and the OCaml runtime (SIG-3), a
+second set written blind, after the probe learnt to vote: a regression set
+for probe.SIG-3.wait-releases-runtime.
+
+drivers/blinds3b/ (one plugin, blinds3b.cmxs): hostmem's device, sleep and
+what sleep uses changed per driver.  A helper wrote them from the document
+(spec/) and the installed interface alone; the table, how each bug shows
+and the ambiguities it met are at the top of drivers/blinds3b/blinds3b.ml.
+drivers/blinds3b/check/ (s3bcheck.exe) is the author's own check that each
+bug is real (10 of 10: another thread's longest pause while sleeps block).
+
+Broken drivers: the set of clauses whose verdict is `fail` must be exactly
+the one given.  The first certification missed three (s3b-every3rd,
+s3b-shortheld, s3b-halfrel): the probe judged the rate of the other
+thread's turns over sleeps of still_ms 200 only.  It now also judges the
+longest pause within one sleep, over still_ms 100, 15, 40, 20 and 60.
+
+| driver          | what its sleep's blocking step does | clause |
+|-----------------|-------------------------------------|--------|
+| s3b-every3rd    | every 3rd call keeps the runtime (a C poll of the word with nanosleeps) | SIG-3 |
+| s3b-shortheld   | still_ms < 25 keeps the runtime (200-us naps in C) | SIG-3 |
+| s3b-retake      | releases it for 3 ms, then takes it back and blocks on a condition | SIG-3 |
+| s3b-slices      | 3-ms C naps with the runtime held, the word looked at between | SIG-3 |
+| s3b-halfrel     | released for the first half of still_ms, 1-ms naps held for the second | SIG-3 |
+
+Conforming drivers: every clause's verdict must be hostmem's.
+
+| driver           | its sleep |
+|------------------|-----------|
+| s3b-ok-short     | blocks 2 ms at most, then returns early |
+| s3b-ok-burner    | hostmem's, while a C thread of the driver burns a core |
+| s3b-ok-tiny      | 200-us naps, each in its own released section |
+| s3b-ok-eventfd   | poll(2) on an eventfd, runtime released, 5-ms slices |
+| s3b-ok-sometimes | every 2nd call returns at once, the others are hostmem's |
+"""
+
+import pytest
+
+from test_blind_set import ROOT, assert_fails_exactly, assert_verdicts_as, hostmem, params  # noqa: F401 (hostmem: a fixture)
+
+BLINDS3B = ROOT / "_build" / "default" / "drivers" / "blinds3b" / "blinds3b.cmxs"
+
+BROKEN = {
+    "s3b-every3rd": "SIG-3",
+    "s3b-shortheld": "SIG-3",
+    "s3b-retake": "SIG-3",
+    "s3b-slices": "SIG-3",
+    "s3b-halfrel": "SIG-3",
+}
+
+# The certifier's misses: driver -> what it said (xfail, strict).
+MISSED: dict = {}
+
+# Caught on a quiet machine, not on a loaded one (xfail, not strict):
+# measured, 5 of 5 with one busy process per core beside it, 0 of 5 with two
+# per core.  Its runtime is kept for 15- and 20-ms calls only, and a loaded
+# machine deschedules any thread for some 16 ms now and then: the pause its
+# wait causes is then no longer than those the free waits show.
+UNSTABLE = {
+    "s3b-shortheld": "a wait that keeps the runtime only for 15-20 ms calls is judged only where the machine's own pauses are shorter",
+}
+
+CONFORMING = {
+    "s3b-ok-short": {},
+    "s3b-ok-burner": {},
+    "s3b-ok-tiny": {},
+    "s3b-ok-eventfd": {},
+    "s3b-ok-sometimes": {},
+}
+
+
+def broken_params():
+    for p in params(sorted(BROKEN), MISSED):
+        n = p if isinstance(p, str) else p.values[0]
+        yield pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=UNSTABLE[n])) if n in UNSTABLE else p
+
+
+@pytest.mark.parametrize("driver", list(broken_params()))
+def test_broken_fails_exactly_its_clause(driver, tmp_path):
+    assert_fails_exactly(BLINDS3B, driver, {BROKEN[driver]}, tmp_path)
+
+
+@pytest.mark.parametrize("driver", sorted(CONFORMING))
+def test_conforming_gets_hostmems_verdicts(driver, hostmem, tmp_path):  # noqa: F811
+    assert_verdicts_as(BLINDS3B, driver, hostmem, CONFORMING[driver], tmp_path)
