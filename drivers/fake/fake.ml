@@ -506,7 +506,14 @@ module D = struct
   let sleep t ~seen ~still_ms =
     (* The early return (TIME-3) answers at once, waiting for nothing. *)
     counted t "sleep" ~answer:ignore (fun () ->
-        let step = if t.mut = m_sleep_keeps_runtime then c_sleep_holding else c_sleep in
+        let step =
+          if t.mut = m_sleep_keeps_runtime then c_sleep_holding
+          else if t.mut = m_sleep_keeps_runtime_late then fun dev seen still ->
+            (* the rest of the wait "is short": a plain wait, runtime kept *)
+            let half = still / 2 in
+            c_sleep dev seen half || (c_word dev = seen && c_sleep_holding dev seen (still - half))
+          else c_sleep
+        in
         let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
         let wait () =
           if t.mut = m_sleep_fault_unblocked then c_sleep_fault_unblocked t.dev seen still_ms

@@ -100,6 +100,7 @@ let mutant_table =
     ("sleep-wait-masked", "SIG-2", "sleep blocks in its C step without Rig_edge_primitives.wait: rig's signals stay blocked for the whole wait", 69);
     ("sleep-fault-unblocked", "SIG-2", "sleep's wait calls rig_block after its blocking step only when it saw no fault: a sleep that raises Fault leaves signals unblocked", 65);
     ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
+    ("sleep-keeps-runtime-late", "SIG-3", "sleep's blocking step releases the OCaml runtime for the first half of still_ms, then, the word unmoved, waits out the rest with it kept", 94);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
     ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
     ("public-unmasked", "SIG-6", "its functions that start with the check of rig_holds () leave signals as the caller had them", 39);
@@ -170,6 +171,7 @@ let m_prepare_marks_then_logs = 89
 let m_prepare_oom_stuck = 91
 let m_prepare_fault_after_make = 92
 let m_prepare_fault_marks = 93
+let m_sleep_keeps_runtime_late = 94
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

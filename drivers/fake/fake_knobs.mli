@@ -56,6 +56,7 @@ val m_prepare_marks_then_logs : int
 val m_prepare_oom_stuck : int
 val m_prepare_fault_after_make : int
 val m_prepare_fault_marks : int
+val m_sleep_keeps_runtime_late : int
 val m_signaled_low_word : int
 val m_alloc_not_reentrant : int
 val m_signaled_try_lock : int
