@@ -69,13 +69,7 @@ CONFORMING = {
 }
 
 
-def broken_params():
-    for p in params(sorted(BROKEN), MISSED):
-        n = p if isinstance(p, str) else p.values[0]
-        yield pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=UNSTABLE[n])) if n in UNSTABLE else p
-
-
-@pytest.mark.parametrize("driver", list(broken_params()))
+@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED, UNSTABLE))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     assert_fails_exactly(BLINDS3B, driver, {BROKEN[driver]}, tmp_path)
 

@@ -83,13 +83,6 @@ UNSTABLE = {
 }
 
 
-def cases(names):
-    return [
-        pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=UNSTABLE[n])) if n in UNSTABLE else p
-        for n, p in zip(names, params(names, MISSED))
-    ]
-
-
 CONFORMING = {
     "st6-ok-cancel": {},
     "st6-ok-reaper-steps": {},
@@ -98,7 +91,7 @@ CONFORMING = {
 }
 
 
-@pytest.mark.parametrize("driver", cases(sorted(BROKEN)))
+@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED, UNSTABLE))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     data = certify(BLINDST6, driver, tmp_path)
     failed = {i for i, v in verdicts(data).items() if v == "fail"}

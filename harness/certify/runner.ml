@@ -210,19 +210,25 @@ let known_hang_limit = 1.
 let hangs : (string * string list * string option * string, string) Hashtbl.t = Hashtbl.create 8
 let hang_key j fn = (j.driver, j.plugins, j.mutant, fn)
 
-(* Whether a call in flight has overstayed: [Some outcome] to end the run. *)
-let overstayed j c =
+let overstayed_call ?(known = fun _ -> None) threads =
   (* Innermost first: a call made from a callback inside another on the
      same thread is the one that hangs; the outer one only waits for it. *)
   let rec innermost = function
     | [] -> None
     | (fn, s) :: outer -> (
         let inside = match outer with (o, _) :: _ -> Some o | [] -> None in
-        match Hashtbl.find_opt hangs (hang_key j fn) with
-        | Some first when s > known_hang_limit -> Some (Blocked { fn; first })
-        | _ -> if s > call_limit fn then Some (Hung { fn; seconds = s; inside }) else innermost outer)
+        match known fn with
+        | Some first when s > known_hang_limit -> Some (`Blocked (fn, first))
+        | _ -> if s > call_limit fn then Some (`Hung (fn, s, inside)) else innermost outer)
   in
-  List.find_map (fun (_, calls) -> innermost (List.rev calls)) (Child_process.in_flight c)
+  List.find_map (fun (_, calls) -> innermost (List.rev calls)) threads
+
+(* Whether a call in flight has overstayed: [Some outcome] to end the run. *)
+let overstayed j c =
+  match overstayed_call ~known:(fun fn -> Hashtbl.find_opt hangs (hang_key j fn)) (Child_process.in_flight c) with
+  | Some (`Blocked (fn, first)) -> Some (Blocked { fn; first })
+  | Some (`Hung (fn, seconds, inside)) -> Some (Hung { fn; seconds; inside })
+  | None -> None
 
 (* Every child started, so that a stop signal one of them (or what it
    started) sends is known for what it is. *)

@@ -122,6 +122,17 @@ val signal_name : int -> string
 (** Seconds a call of a function that already hung may be in flight. *)
 val known_hang_limit : float
 
+(** The call in flight (per thread, outermost first, as
+    {!Call_trace.in_flight} gives them) that has overstayed, innermost
+    first: [`Hung (fn, seconds, inside)] past its {!call_limit} ([inside]:
+    the call it was made from), or [`Blocked (fn, first)] past
+    {!known_hang_limit} for a function [known] says hung before (first:
+    where). *)
+val overstayed_call :
+  ?known:(string -> string option) ->
+  (int * (string * float) list) list ->
+  [ `Hung of string * float * string option | `Blocked of string * string ] option
+
 (** [is_ours pid]: a child the runner started (a stop signal it sends is
     not a person's). *)
 val is_ours : int -> bool

@@ -2,17 +2,6 @@
 
 let me = Cli.me
 
-(* The innermost call of a thread that overstayed its limit, with the call
-   it was made from. *)
-let overstayed threads =
-  let rec innermost = function
-    | [] -> None
-    | (fn, s) :: outer ->
-        if s > Runner.call_limit fn then Some (fn, s, match outer with (o, _) :: _ -> Some o | [] -> None)
-        else innermost outer
-  in
-  List.find_map (fun (_, calls) -> innermost (List.rev calls)) threads
-
 let rec reap pid = try snd (Unix.waitpid [] pid) with Unix.Unix_error (Unix.EINTR, _, _) -> reap pid
 
 (* [ended] is the read end of a pipe whose write end only the child holds:
@@ -29,8 +18,8 @@ let watch (case : Case.t) pid page ended =
     match Unix.waitpid [ Unix.WNOHANG ] pid with
     | exception Unix.Unix_error (Unix.EINTR, _, _) -> loop ()
     | 0, _ -> (
-        match overstayed (Call_trace.in_flight page) with
-        | None ->
+        match Runner.overstayed_call (Call_trace.in_flight page) with
+        | None | Some (`Blocked _) ->
             (if not !open_ then Unix.sleepf 0.01
              else
                match Unix.select [ ended ] [] [] 0.1 with
@@ -38,7 +27,7 @@ let watch (case : Case.t) pid page ended =
                | _ -> ( try if Unix.read ended (Bytes.create 1) 0 1 = 0 then open_ := false with Unix.Unix_error _ -> open_ := false)
                | exception Unix.Unix_error (Unix.EINTR, _, _) -> ());
             loop ()
-        | Some (fn, s, inside) ->
+        | Some (`Hung (fn, s, inside)) ->
             kill ();
             ignore (reap pid);
             let clause = match Report.clause_of_hang ?inside case fn with Some c -> c | None -> String.concat "," case.clauses in

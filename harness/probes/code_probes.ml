@@ -278,19 +278,7 @@ let code7_prepare_started (module P : Package) ~seed =
          and 0.3 s more passed; None if nothing showed within 1 s *)
       let taken start =
         let i, f = K.scratch_image s dev need in
-        let loaded = K.free_bytes s dev in
-        start i f;
-        let deadline = Unix.gettimeofday () +. 1. in
-        let rec shown () =
-          if K.free_bytes s dev <= loaded - need then true
-          else if Unix.gettimeofday () > deadline then false
-          else (Thread.delay 0.03; shown ())
-        in
-        if shown () then begin
-          Thread.delay 0.3;
-          Some (f, loaded - K.free_bytes s dev)
-        end
-        else None
+        Option.map (fun t -> (f, t)) (K.taken_by s dev ~shows:need (fun () -> start i f))
       in
       match taken (fun i f -> prepare i f ()) with
       | None ->
@@ -602,30 +590,17 @@ let code7_prepare_after_fault (module P : Package) ~seed =
         with e -> raise (Skip (spf "setup: alloc on the faulted device raised %s" (Printexc.to_string e)))
       in
       let prepare (i : K.img) f = Prim.masked (fun () -> P.D.prepare i.image f) in
-      (* What a prepare of f on [i] takes: what shows within 1 s, and 0.3 s
-         more for the rest of work on a thread of its own. *)
-      let made dev i f =
-        let before = free dev in
-        (try prepare i f with _ -> ());
-        let deadline = now () +. 1. in
-        let rec shows () = if before - free dev > 0 || now () > deadline then () else (Thread.delay 0.02; shows ()) in
-        shows ();
-        Thread.delay 0.3;
-        before - free dev
-      in
+      (* What a prepare of f on [i] takes (0: nothing within 1 s). *)
+      let made dev i f = Option.value ~default:0 (K.taken_by s dev ~shows:1 (fun () -> try prepare i f with _ -> ())) in
       let dev = K.open_first s in
       let h = K.kit_entry s dev "fault" fault in
       ignore (K.launch dev h "fault");
-      let reads ms =
-        let reads_end = now () +. (float ms /. 1000.) in
-        while now () < reads_end do ignore (P.D.signaled dev.d); Thread.delay 0.001 done
-      in
       (* The fault may come late on a loaded machine: a prepare that did not
          raise is tried again on a new image once more time has passed. *)
       let rec raised = function
         | [] -> raise (Skip (spf "prepares after a launch of the fault function %S did not raise: nothing to judge" fault))
         | ms :: later -> (
-            reads ms;
+            ignore (K.poll_word dev ~ms (fun _ -> false));
             let i, f = load dev in
             let before = free dev in
             match prepare i f with

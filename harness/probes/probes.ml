@@ -456,6 +456,21 @@ module Kit (P : Package) = struct
     List.iter free_reg rs;
     t
 
+  let taken_by s dev ~shows start =
+    let before = free_bytes s dev in
+    start ();
+    let deadline = now () +. 1. in
+    let rec shown () =
+      if before - free_bytes s dev >= shows then true
+      else if now () > deadline then false
+      else (Thread.delay 0.03; shown ())
+    in
+    if shown () then begin
+      Thread.delay 0.3;
+      Some (before - free_bytes s dev)
+    end
+    else None
+
   (* --- code *)
 
   let binary_image s dev =

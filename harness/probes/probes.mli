@@ -115,6 +115,12 @@ module Kit (P : Rig_edge.Package) : sig
   val take : session -> dev -> int -> reg list
   val free_bytes : session -> dev -> int
 
+  (** [taken_by s dev ~shows start]: the bytes of free Device memory that
+      [start ()] took, once [shows] of them were taken (looked at for 1 s)
+      and 0.3 s more passed, for work it handed to a thread of its own;
+      None if [shows] bytes did not show within 1 s. *)
+  val taken_by : session -> dev -> shows:int -> (unit -> unit) -> int option
+
   type slept = Returned | Faulted of string | Other of exn
 
   val sleep : session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept
