@@ -42,6 +42,7 @@ SETS = [
     ("test_blind_rf", "BLINDRF"),
     ("test_blind_c7f", "BLINDC7F"),
     ("test_blind_s3b", "BLINDS3B"),
+    ("test_blind_sf", "BLINDSF"),
 ]
 
 

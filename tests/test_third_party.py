@@ -172,3 +172,25 @@ def test_broken_flagged_with_its_clause(plugins, tmp_path, name, plugin, clause)
     assert failing(clauses) == {clause}, out
     assert code == 1, out
     assert clauses[clause].get("repro"), clauses[clause]
+
+
+def test_kit_more_reaches_its_case_and_is_optional(plugins):
+    """An item of Rig_edge.kit_more given at registration reaches the case
+    that needs it (hostmem's refused_launch: probe.STOP-3.failed-submit runs
+    and passes), and a package registered without ~more, as every package
+    written before kit_more, still loads and gets that case n/a, naming the
+    item."""
+    def run(plugin, driver):
+        proc = subprocess.run(
+            [ensure_rig(), "run", "--plugin", plugin, "--driver", driver, "--case", "probe.STOP-3.failed-submit",
+             "--seed", "1"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )
+        return proc.returncode, proc.stdout.splitlines()
+
+    code, lines = run(HOSTMEM_PLUGIN, "hostmem")
+    assert code == 0 and lines == ["DONE"], lines
+    name, plugin, _ = next(b for b in BROKEN if b[2] == "STOP-3")
+    code, lines = run(plugin, name)
+    assert code == 0, lines
+    assert any(l.startswith("NA\t") and "refused_launch" in l for l in lines), lines

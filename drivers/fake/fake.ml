@@ -47,7 +47,7 @@ external c_bus_copy : string -> int64 -> bytes -> bool -> bool = "fake_stub_bus_
 let kind_code = function E.Device -> 0 | E.Mapped -> 1 | E.Pinned -> 2
 
 (* enum fake_op *)
-let ops = [ ("nop", 0); ("spin", 1); ("fault", 2); ("hang", 3); ("fill", 4) ]
+let ops = [ ("nop", 0); ("spin", 1); ("fault", 2); ("hang", 3); ("fill", 4); ("refuse", 5) ]
 
 (* The configuration and the mutants (Fake_knobs), and the fault injection
    (Fake_injection), are modules of their own. *)
@@ -666,7 +666,7 @@ let bus_agent =
 
 let kit =
   {
-    E.binary = "rigfake 1\nfn spin 0 spin\nfn fault 0 fault\nfn hang 0 hang\nfn fill 0 fill\n";
+    E.binary = "rigfake 1\nfn spin 0 spin\nfn fault 0 fault\nfn hang 0 hang\nfn fill 0 fill\nfn refuse 0 refuse\n";
     refused_binary = Some "not an image";
     spin = Some "spin";
     fault = Some "fault";
@@ -675,6 +675,8 @@ let kit =
     bus_function = Some "0000:41:00.0";
     bus_agent = Some bus_agent;
   }
+
+let kit_more = E.kit_more ~refused_launch:"refuse" ()
 
 let configure ?(device_bytes = defaults.device_bytes) ?(mapped_bytes = defaults.mapped_bytes)
     ?(pinned_bytes = defaults.pinned_bytes) ?(queue_slots = defaults.queue_slots)

@@ -20,6 +20,9 @@ val name : string
 val openers : unit -> D.t Rig_edge.opener list
 val kit : Rig_edge.kit
 
+(** Its [refused_launch] is the function [refuse] of [kit.binary]. *)
+val kit_more : Rig_edge.kit_more
+
 (** {1 Configuration} *)
 
 (** [configure ()] sets the configuration of the devices opened from now

@@ -958,6 +958,9 @@ static void do_launch(struct fake_dev *d, const uint64_t *a) {
   case FAKE_FILL:
     do_fill(d, a[1], a[2], a[3], a[4]);
     break;
+  case FAKE_REFUSE: /* never queued: submit refuses it */
+    set_fault(d, "launch of refused function %s", f->name);
+    break;
   }
 }
 
@@ -1114,6 +1117,16 @@ static void await_sleeps(struct fake_dev *d) {
   while (d->sleeping && !d->stopping && !passed(&cap)) wait_until(d, &cap);
 }
 
+/* Whether s launches a function the device refuses to run. */
+static int launches_refused(struct fake_dev *d, const struct rig_submission *s) {
+  for (uint32_t i = 0; i < s->n_parts; i++) {
+    if (s->parts[i].op != RIG_OP_LAUNCH) continue;
+    struct fake_fn *f = entry_find(d, s->parts[i].a[0]);
+    if (f && f->op == FAKE_REFUSE) return 1;
+  }
+  return 0;
+}
+
 static int q_submit(void *dev, const struct rig_submission *s, uint64_t value) {
   struct fake_dev *d = dev;
   uint32_t n = slots_of(s);
@@ -1122,7 +1135,7 @@ static int q_submit(void *dev, const struct rig_submission *s, uint64_t value) {
   await_sleeps(d);
   if (d->stopping) goto out;
   if (!mutant(d, FAKE_M_FAILED_SUBMIT_FORGOTTEN)) d->last_value = value; /* also when this submit fails (STOP-3) */
-  if (injected(d, FAKE_INJ_SUBMIT)) goto out;
+  if (injected(d, FAKE_INJ_SUBMIT) || launches_refused(d, s)) goto out;
   struct fake_thread *t = thread_find(d);
   if (!t || t->reserved < n || d->free_count < n) goto out;
   t->reserved -= n;

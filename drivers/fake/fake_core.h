@@ -22,8 +22,9 @@
 enum fake_kind { FAKE_DEVICE = 0, FAKE_MAPPED = 1, FAKE_PINNED = 2 };
 #define FAKE_KINDS 3
 
-/* Ops of an image's functions. */
-enum fake_op { FAKE_NOP = 0, FAKE_SPIN, FAKE_FAULT, FAKE_HANG, FAKE_FILL };
+/* Ops of an image's functions.  A submit of a launch of a FAKE_REFUSE
+ * function fails (kit_more's refused_launch). */
+enum fake_op { FAKE_NOP = 0, FAKE_SPIN, FAKE_FAULT, FAKE_HANG, FAKE_FILL, FAKE_REFUSE };
 
 /* Each mutant breaks one clause (the list, with clause IDs, is in fake.ml,
  * whose codes must match these). */

@@ -43,18 +43,20 @@ let round_up x k = (x + k - 1) / k * k
      ...
 
    kind is one of nop (touches its scratch), spin (busy for argument 0
-   milliseconds), fault (makes the device fault), hang (never ends).  Names
+   milliseconds), fault (makes the device fault), hang (never ends),
+   refuse (a submit of its launch fails).  Names
    are non-empty and without blanks; each appears once. *)
 
-type kind = Nop | Spin | Fault_fn | Hang
+type kind = Nop | Spin | Fault_fn | Hang | Refuse
 
-let kind_code = function Nop -> 0 | Spin -> 1 | Fault_fn -> 2 | Hang -> 3
+let kind_code = function Nop -> 0 | Spin -> 1 | Fault_fn -> 2 | Hang -> 3 | Refuse -> 4
 
 let kind_of_string = function
   | "nop" -> Some Nop
   | "spin" -> Some Spin
   | "fault" -> Some Fault_fn
   | "hang" -> Some Hang
+  | "refuse" -> Some Refuse
   | _ -> None
 
 let header = "hostmem-image 1"
@@ -246,7 +248,7 @@ let openers () =
   Prim.masked (fun () -> List.map (fun n -> { name = n; make = make n }) device_names)
 
 let binary =
-  String.concat "\n" [ header; "spin spin 0"; "fault fault 0"; "hang hang 0"; "nop nop 64"; "" ]
+  String.concat "\n" [ header; "spin spin 0"; "fault fault 0"; "hang hang 0"; "nop nop 64"; "refuse refuse 0"; "" ]
 
 let kit =
   {
@@ -259,6 +261,8 @@ let kit =
     bus_function = None;
     bus_agent = None;
   }
+
+let kit_more = Rig_edge.kit_more ~refused_launch:"refuse" ()
 
 (* ------------------------------------------------- the library's own *)
 

@@ -11,9 +11,13 @@
     <function> <kind> <scratch bytes>
     v}
     with kind one of [nop] (touches its scratch), [spin] (busy for argument 0
-    milliseconds), [fault] (makes the device fault), [hang] (never ends). *)
+    milliseconds), [fault] (makes the device fault), [hang] (never ends),
+    [refuse] (a submit of its launch fails). *)
 
 include Rig_edge.Package
+
+(** What it registers beyond its kit: [refused_launch] is [refuse]. *)
+val kit_more : Rig_edge.kit_more
 
 (** Device memory per device, in bytes. *)
 val capacity : int

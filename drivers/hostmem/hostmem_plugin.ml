@@ -1,3 +1,3 @@
 (* Loading this library (rig-conform --plugin rig_hostmem.cmxs) registers
    the driver under the name "hostmem". *)
-let () = Rig_edge_registry.register (module Hostmem : Rig_edge.Package)
+let () = Rig_edge_registry.register ~more:Hostmem.kit_more (module Hostmem : Rig_edge.Package)

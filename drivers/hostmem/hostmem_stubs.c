@@ -47,7 +47,7 @@
 /* ------------------------------------------------------------ objects */
 
 enum obj_kind { OBJ_NONE = 0, OBJ_MEM, OBJ_MAP, OBJ_ENTRY };
-enum fn_kind { FN_NOP = 0, FN_SPIN = 1, FN_FAULT = 2, FN_HANG = 3 };
+enum fn_kind { FN_NOP = 0, FN_SPIN = 1, FN_FAULT = 2, FN_HANG = 3, FN_REFUSE = 4 };
 
 struct obj {
   uint32_t gen;      /* bumped at each free: stale handles miss */
@@ -417,8 +417,13 @@ static int hm_submit(void *dev, const struct rig_submission *s, uint64_t value) 
   d->last_value = value; /* also for a failed submit (STOP-3) */
   struct thr *t = thr_find(d, 0);
   if (d->stopping || !t || t->reserved < need) goto out;
-  for (uint32_t i = 0; i < s->n_parts; i++)
-    if (s->parts[i].op < RIG_OP_FILL || s->parts[i].op > RIG_OP_LAUNCH) goto out;
+  for (uint32_t i = 0; i < s->n_parts; i++) {
+    const struct rig_part *p = &s->parts[i];
+    if (p->op < RIG_OP_FILL || p->op > RIG_OP_LAUNCH) goto out;
+    /* the refused function of the kit: its launches are refused here */
+    struct obj *e = p->op == RIG_OP_LAUNCH ? lookup(d, p->a[0]) : NULL;
+    if (e && e->kind == OBJ_ENTRY && e->fn == FN_REFUSE) goto out;
+  }
   for (uint32_t i = 0; i <= s->n_parts; i++) {
     struct slot *sl = d->free_slots;
     d->free_slots = sl->next;

@@ -8,7 +8,7 @@ type t = {
   inject : (Injection.t -> unit) option;
 }
 
-let () = Rig_edge_registry.register (module Fake : Rig_edge.Package)
+let () = Rig_edge_registry.register ~more:Fake.kit_more (module Fake : Rig_edge.Package)
 
 let names () = Rig_edge_registry.names ()
 
@@ -59,7 +59,8 @@ let info (d : t) =
     kit =
       [ ("kit.refused_binary", k.refused_binary <> None); ("kit.spin", k.spin <> None); ("kit.fault", k.fault <> None);
         ("kit.hang", k.hang <> None); ("kit.scratch", k.scratch <> None); ("kit.bus_function", k.bus_function <> None);
-        ("kit.bus_agent", k.bus_agent <> None) ];
+        ("kit.bus_agent", k.bus_agent <> None);
+        ("kit.refused_launch", Rig_edge.refused_launch (Rig_edge_registry.more P.name) <> None) ];
     fault_injection = d.inject <> None;
     info_mutants = d.mutants }
 

@@ -161,6 +161,11 @@ type kit = {
     devices of this machine, as openers) and the material the certifier
     needs to make work on it.  Both functions may take a lock and check
     rig_holds first (LOCK-4). *)
+type kit_more = { refused_launch : string option }
+
+let kit_more ?refused_launch () = { refused_launch }
+let refused_launch m = m.refused_launch
+
 module type Package = sig
   module D : Driver
 

@@ -159,6 +159,23 @@ type kit = {
           (MEM-9..MEM-11); None where the harness cannot act on the bus *)
 }
 
+(** Certification material added after {!kit}'s first version.  It is
+    abstract and made by {!kit_more}, so that each later item is one more
+    optional argument and a package written before it still builds; a
+    package gives it when it registers ([Rig_edge_registry.register
+    ~more]).  An absent item makes the clauses that need it n/a, as for
+    {!kit}. *)
+type kit_more
+
+(** [kit_more ?refused_launch ()]:
+    - [refused_launch]: a function of [kit.binary] whose launch the
+      device's submit refuses: a submit whose submission launches it (after
+      a RIG_ROOM for it) fails, which loses the device (STOP-3's "also when
+      that submit failed"). *)
+val kit_more : ?refused_launch:string -> unit -> kit_more
+
+val refused_launch : kit_more -> string option
+
 (** What a driver library offers besides its Driver: its capability (the
     devices of this machine, as openers) and the material the certifier
     needs to make work on it.  Both functions may take a lock and check

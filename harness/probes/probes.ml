@@ -224,6 +224,8 @@ module Kit (P : Package) = struct
   (* [submit s dev parts] asks room (growing as rig does, at most four
      times), submits with the next value and commits unless [~commit:false].
      [Ok v] or [Error why]. *)
+  let failed_submit = "failed submit"
+
   let submit ?(commit = true) dev parts =
     let q = dev.facts.queue in
     let sub = encode parts in
@@ -245,7 +247,7 @@ module Kit (P : Package) = struct
         let ok = m (fun () -> q.submit sub ~value:v) in
         dev.last <- v;
         if not ok then (
-          dev.lost <- Some "failed submit";
+          dev.lost <- Some failed_submit;
           Error "submit failed")
         else if commit && not (m q.commit) then (
           dev.lost <- Some "failed commit";
@@ -334,7 +336,10 @@ module Kit (P : Package) = struct
      in flight; the seconds it took. *)
   let stop ?(on_return = ignore) s dev ~bound_ms =
     let t0 = now () in
-    match watch ~ms:bound_ms (fun () -> m (fun () -> D.stop dev.d ~fault:dev.lost); on_return ()) with
+    (* STOP-1: Some why only for a Fault or the hang bound; a failed
+       submit loses the device with None *)
+    let fault = if dev.lost = Some failed_submit then None else dev.lost in
+    match watch ~ms:bound_ms (fun () -> m (fun () -> D.stop dev.d ~fault); on_return ()) with
     | Done () ->
         dev.stopped <- true;
         Stop_returned (now () -. t0)
