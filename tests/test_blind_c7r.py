@@ -52,7 +52,6 @@ BROKEN = {
 # The certifier's misses: driver -> what it said.  The expectation above
 # stays; the mark comes off once the certifier catches it.
 MISSED = {
-    "c7r-evict-first": "passes: the kit's scratch binary has one function, so no other function's prepared program is there to evict",
 }
 
 # No conforming driver's verdict differs from hostmem's.

@@ -332,7 +332,7 @@ end
 (* ------------------------------------------------------------ the ten *)
 
 (* hostmem's kit binary: spin, fault, hang, nop, and "refuse refuse 0". *)
-let hostmem_binary = Hostmem.kit.binary
+let hostmem_binary = Hostmem.kit.binary ^ "refuse refuse 0\n"
 
 (* sf-entry-flag's: no refuse kind; "guarded" is a nop whose entry carries
    the refused flag. *)
@@ -366,8 +366,8 @@ let drivers = List.map package table
 let find name = List.find (fun (n, _, _, _, _) -> n = name) table
 
 let kit_more name =
-  let _, _, _, refused_launch, _ = find name in
-  Rig_edge.kit_more ~refused_launch ()
+  let _, _, binary, refused, _ = find name in
+  Rig_edge.kit_more ~refused_launch:(binary, refused) ()
 
 let breaks name =
   let _, _, _, _, clause = find name in

@@ -30,6 +30,7 @@ external c_image_load : cdev -> string array -> int array -> int array -> native
   = "fake_stub_image_load"
 external c_entry : nativeint -> int -> int = "fake_stub_entry"
 external c_prepare : nativeint -> int -> unit = "fake_stub_prepare"
+external c_evict_prepared : nativeint -> int -> bool -> unit = "fake_stub_evict_prepared"
 external c_prepare_traced : nativeint -> int -> (int -> unit) -> unit = "fake_stub_prepare_traced"
 external c_scratch : nativeint -> int -> int = "fake_stub_scratch"
 external c_unload : nativeint -> unit = "fake_stub_unload"
@@ -466,6 +467,14 @@ module D = struct
                 if c_entry i.iptr k <> -2 then i.making <- List.filter (( <> ) f) i.making
               end
             end
+            else if i.on.mut = m_prepare_evicts_first || i.on.mut = m_prepare_evicts_pooled then begin
+              (* A one-program cache per image: room is made first (the
+                 pooled one keeps the memory for its next program), then a
+                 line of trace, then the making. *)
+              c_evict_prepared i.iptr k (i.on.mut = m_prepare_evicts_pooled);
+              prepare_trace := Printf.sprintf "prepare %s: room made" f;
+              c_prepare i.iptr k
+            end
             else if i.on.mut = m_prepare_c_lock_uncounted then c_prepare_traced i.iptr k (fun k -> prepare_trace := Printf.sprintf "prepare %s (function %d)" f k)
             else c_prepare i.iptr k)
 
@@ -666,7 +675,7 @@ let bus_agent =
 
 let kit =
   {
-    E.binary = "rigfake 1\nfn spin 0 spin\nfn fault 0 fault\nfn hang 0 hang\nfn fill 0 fill\nfn refuse 0 refuse\n";
+    E.binary = "rigfake 1\nfn spin 0 spin\nfn fault 0 fault\nfn hang 0 hang\nfn fill 0 fill\n";
     refused_binary = Some "not an image";
     spin = Some "spin";
     fault = Some "fault";
@@ -676,7 +685,12 @@ let kit =
     bus_agent = Some bus_agent;
   }
 
-let kit_more = E.kit_more ~refused_launch:"refuse" ()
+let kit_more =
+  let scratch_functions sizes =
+    let names = List.mapi (fun k _ -> Printf.sprintf "scratch%d" k) sizes in
+    ("rigfake 1\n" ^ String.concat "" (List.map2 (Printf.sprintf "fn %s %d nop\n") names sizes), names)
+  in
+  E.kit_more ~refused_launch:(kit.binary ^ "fn refuse 0 refuse\n", "refuse") ~scratch_functions ()
 
 let configure ?(device_bytes = defaults.device_bytes) ?(mapped_bytes = defaults.mapped_bytes)
     ?(pinned_bytes = defaults.pinned_bytes) ?(queue_slots = defaults.queue_slots)

@@ -20,7 +20,8 @@ val name : string
 val openers : unit -> D.t Rig_edge.opener list
 val kit : Rig_edge.kit
 
-(** Its [refused_launch] is the function [refuse] of [kit.binary]. *)
+(** Its [refused_launch] is [refuse] of kit.binary with that function added;
+    [scratch_functions] names its functions scratch0, scratch1, ... *)
 val kit_more : Rig_edge.kit_more
 
 (** {1 Configuration} *)

@@ -857,6 +857,21 @@ void fake_prepare(struct fake_image *im, size_t i) {
   dev_unlock(d);
 }
 
+void fake_evict_prepared(struct fake_image *im, size_t i, int keep_memory) {
+  struct fake_dev *d = im->dev;
+  dev_lock(d);
+  for (size_t j = 0; j < im->n; j++)
+    if (j != i && im->fns[j].entry && im->fns[j].by_prepare) {
+      im->fns[j].entry = 0;
+      im->fns[j].by_prepare = 0;
+      if (!keep_memory) {
+        d->used[FAKE_DEVICE] -= im->fns[j].charged;
+        im->fns[j].charged = 0;
+      }
+    }
+  dev_unlock(d);
+}
+
 int fake_has_entry(struct fake_image *im, size_t i) {
   dev_lock(im->dev);
   int made = im->fns[i].entry != 0;

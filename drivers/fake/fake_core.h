@@ -170,6 +170,10 @@ struct fake_image *fake_image_load(struct fake_dev *d, size_t n,
 int64_t fake_entry(struct fake_image *im, size_t i);
 /* Makes the entry of function i if it has none; reports nothing. */
 void fake_prepare(struct fake_image *im, size_t i);
+/* Drops the entries of im's functions other than i that a prepare made and
+ * no entry asked for, giving their scratch back unless keep_memory (the
+ * prepare-evicts-* mutants; kept memory is given back at unload). */
+void fake_evict_prepared(struct fake_image *im, size_t i, int keep_memory);
 /* Whether function i of im has its entry made (prepare-c-lock-uncounted). */
 int fake_has_entry(struct fake_image *im, size_t i);
 uint64_t fake_image_scratch(const struct fake_image *im, size_t i);

@@ -54,6 +54,8 @@ val m_prepare_reports_oom : int
 val m_prepare_reserves_then_logs : int
 val m_prepare_marks_then_logs : int
 val m_prepare_oom_stuck : int
+val m_prepare_evicts_first : int
+val m_prepare_evicts_pooled : int
 val m_prepare_fault_after_make : int
 val m_prepare_fault_marks : int
 val m_sleep_keeps_runtime_late : int

@@ -153,6 +153,11 @@ value fake_stub_prepare(value im, value i) {
   return Val_unit;
 }
 
+value fake_stub_evict_prepared(value im, value i, value keep_memory) {
+  fake_evict_prepared(Image_val(im), (size_t)Long_val(i), Bool_val(keep_memory));
+  return Val_unit;
+}
+
 /* The prepare-c-lock-uncounted mutant's prepare (LOCK-3): a function with
  * no entry yet is made under the compile lock, a C mutex, held while the
  * OCaml trace hook runs, which nothing counts with rig_hold.  A function

@@ -248,7 +248,7 @@ let openers () =
   Prim.masked (fun () -> List.map (fun n -> { name = n; make = make n }) device_names)
 
 let binary =
-  String.concat "\n" [ header; "spin spin 0"; "fault fault 0"; "hang hang 0"; "nop nop 64"; "refuse refuse 0"; "" ]
+  String.concat "\n" [ header; "spin spin 0"; "fault fault 0"; "hang hang 0"; "nop nop 64"; "" ]
 
 let kit =
   {
@@ -262,7 +262,14 @@ let kit =
     bus_agent = None;
   }
 
-let kit_more = Rig_edge.kit_more ~refused_launch:"refuse" ()
+let kit_more =
+  let scratch_functions sizes =
+    let names = List.mapi (fun k _ -> Printf.sprintf "work%d" k) sizes in
+    (String.concat "\n" (header :: List.map2 (Printf.sprintf "%s nop %d") names sizes) ^ "\n", names)
+  in
+  (* kit.binary stays as it was: packages that parse hostmem's images
+     with a parser of their own take it *)
+  Rig_edge.kit_more ~refused_launch:(binary ^ "refuse refuse 0\n", "refuse") ~scratch_functions ()
 
 (* ------------------------------------------------- the library's own *)
 

@@ -16,7 +16,9 @@
 
 include Rig_edge.Package
 
-(** What it registers beyond its kit: [refused_launch] is [refuse]. *)
+(** What it registers beyond its kit: [refused_launch] is [refuse] of
+    kit.binary with that function added;
+    [scratch_functions] names its functions work0, work1, ... *)
 val kit_more : Rig_edge.kit_more
 
 (** Device memory per device, in bytes. *)

@@ -60,7 +60,8 @@ let info (d : t) =
       [ ("kit.refused_binary", k.refused_binary <> None); ("kit.spin", k.spin <> None); ("kit.fault", k.fault <> None);
         ("kit.hang", k.hang <> None); ("kit.scratch", k.scratch <> None); ("kit.bus_function", k.bus_function <> None);
         ("kit.bus_agent", k.bus_agent <> None);
-        ("kit.refused_launch", Rig_edge.refused_launch (Rig_edge_registry.more P.name) <> None) ];
+        ("kit.refused_launch", Rig_edge.refused_launch (Rig_edge_registry.more P.name) <> None);
+        ("kit.scratch_functions", Rig_edge.scratch_functions (Rig_edge_registry.more P.name) <> None) ];
     fault_injection = d.inject <> None;
     info_mutants = d.mutants }
 

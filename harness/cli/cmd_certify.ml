@@ -5,10 +5,11 @@
    (a case whose kit item is missing comes out n/a when it runs). *)
 let list_clauses (drv : Drivers.info) selected =
   let item key label = match List.assoc_opt key drv.kit with Some true -> label | _ -> label ^ " (none)" in
-  Printf.printf "driver %s; kit: image, %s, %s, %s, %s, %s, %s, %s, %s\n" drv.name
+  Printf.printf "driver %s; kit: image, %s, %s, %s, %s, %s, %s, %s, %s, %s\n" drv.name
     (item "kit.refused_binary" "refused binary") (item "kit.spin" "spin") (item "kit.fault" "fault")
     (item "kit.hang" "hang") (item "kit.scratch" "scratch") (item "kit.bus_function" "bus function")
-    (item "kit.bus_agent" "bus agent") (item "kit.refused_launch" "refused launch");
+    (item "kit.bus_agent" "bus agent") (item "kit.refused_launch" "refused launch")
+    (item "kit.scratch_functions" "scratch functions");
   (* Cases that need the fake's knobs come out n/a for another driver. *)
   let mark name = if drv.name <> Fake.name && Known_cases.needs_fake name then name ^ "(n/a)" else name in
   if drv.name <> Fake.name then

@@ -161,10 +161,14 @@ type kit = {
     devices of this machine, as openers) and the material the certifier
     needs to make work on it.  Both functions may take a lock and check
     rig_holds first (LOCK-4). *)
-type kit_more = { refused_launch : string option }
+type kit_more = {
+  refused_launch : (string * string) option;
+  scratch_functions : (int list -> string * string list) option;
+}
 
-let kit_more ?refused_launch () = { refused_launch }
+let kit_more ?refused_launch ?scratch_functions () = { refused_launch; scratch_functions }
 let refused_launch m = m.refused_launch
+let scratch_functions m = m.scratch_functions
 
 module type Package = sig
   module D : Driver

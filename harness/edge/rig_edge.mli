@@ -167,14 +167,21 @@ type kit = {
     {!kit}. *)
 type kit_more
 
-(** [kit_more ?refused_launch ()]:
-    - [refused_launch]: a function of [kit.binary] whose launch the
-      device's submit refuses: a submit whose submission launches it (after
-      a RIG_ROOM for it) fails, which loses the device (STOP-3's "also when
-      that submit failed"). *)
-val kit_more : ?refused_launch:string -> unit -> kit_more
+(** [kit_more ?refused_launch ?scratch_functions ()]:
+    - [refused_launch]: a binary the devices take and one of its
+      functions whose launch the device's submit refuses: a submit whose
+      submission launches it (after a RIG_ROOM for it) fails, which loses
+      the device (STOP-3's "also when that submit failed").
+    - [scratch_functions sizes]: a binary with one function per size, in
+      that order, each one's launches needing that many bytes of device
+      memory, and the functions' names, in the same order: what
+      [kit.scratch] is for one function, for several in one image (CODE-7's
+      "changed nothing" for the image's other functions). *)
+val kit_more :
+  ?refused_launch:string * string -> ?scratch_functions:(int list -> string * string list) -> unit -> kit_more
 
-val refused_launch : kit_more -> string option
+val refused_launch : kit_more -> (string * string) option
+val scratch_functions : kit_more -> (int list -> string * string list) option
 
 (** What a driver library offers besides its Driver: its capability (the
     devices of this machine, as openers) and the material the certifier

@@ -377,12 +377,18 @@ let drivers_allocation_path () =
       in
       below_hook frames
 
-let code7_prepare_raises (module P : Package) ~seed =
+let prepare_raises ~beside (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"CODE-7" ~seed (fun s ->
+      let functions = Rig_edge.scratch_functions (Rig_edge_registry.more P.name) in
+      if beside && functions = None then
+        raise (Skip "the package registered no scratch_functions (Rig_edge.kit_more): an image has one function");
       if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
       let dev = K.open_first s in
       let need = 4096 * (4 + K.int s 8) in
+      (* beside: g's scratch, one page more than f's, so that what is given
+         back says whose it was *)
+      let need_g = need + 4096 in
       (* the paths of the last prepare's allocations of its own, the last first *)
       let paths = ref [] in
       let drivers_allocation () =
@@ -429,7 +435,52 @@ let code7_prepare_raises (module P : Package) ~seed =
         in
         attempt 3
       in
-      let census_img, f = K.scratch_image s dev need in
+      (* Free Device memory once it stood still for max(50 ms, 3 times
+         what it took to move) after it moved [goal] bytes below [from] (at
+         most 1 s in all): the level a clean making left. *)
+      let settled_below from goal =
+        let t0 = Unix.gettimeofday () in
+        let rec shown () =
+          let free = K.free_bytes s dev in
+          if from - free >= goal || Unix.gettimeofday () -. t0 > 1. then free else (Thread.delay 0.002; shown ())
+        in
+        let free = shown () in
+        let still = Float.max 0.05 (3. *. (Unix.gettimeofday () -. t0)) in
+        let rec stand free since =
+          let now = Unix.gettimeofday () in
+          if now -. since >= still || now -. t0 > 1. then free
+          else begin
+            Thread.delay 0.005;
+            let free' = K.free_bytes s dev in
+            if free' <> free then stand free' (Unix.gettimeofday ()) else stand free since
+          end
+        in
+        stand free (Unix.gettimeofday ())
+      in
+      (* An image with f: alone (kit.scratch), or beside g (scratch_functions)
+         whose prepare was made and seen in Device memory first; its name g,
+         and what g's prepare took (0 when alone). *)
+      let load () =
+        match (beside, functions) with
+        | true, Some functions -> (
+            let bin, names = functions [ need; need_g ] in
+            match (K.image s dev bin, names) with
+            | Error why, _ -> raise (Skip (spf "setup: the device refuses the binary of scratch_functions: %s" why))
+            | Ok i, [ f; g ] ->
+                let before = K.free_bytes s dev in
+                (try Prim.masked (fun () -> P.D.prepare i.image g) with _ -> ());
+                let after = settled_below before need_g in
+                (i, f, g, before - after)
+            | Ok _, _ -> raise (Skip "setup: scratch_functions of two sizes did not name two functions"))
+        | _ ->
+            let i, f = K.scratch_image s dev need in
+            (i, f, "", 0)
+      in
+      let census_img, f, g, g_prepared = load () in
+      if beside && g_prepared < need_g then
+        Case.report_unjudged
+          [ ("CODE-7", spf "a prepare of %S took %d bytes of Device memory, not its %d bytes of scratch, within 1 s: no other function's prepared program to keep" g g_prepared need_g) ]
+      else
       let census_base = K.free_bytes s dev in
       let t0 = Unix.gettimeofday () in
       let _, allocations, waits = prepare ~at:0 ~on_wait:false census_img f in
@@ -444,6 +495,20 @@ let code7_prepare_raises (module P : Package) ~seed =
       let window = Float.max 0.05 (Float.max (5. *. prepare_time) (2. *. making)) in
       let entry_takes = census_base - K.free_bytes s dev in
       K.unload_img census_img;
+      (* beside: what g's entry takes right after g's prepare, on an image
+         of its own (nothing if the entry claims the prepared program): the
+         state an ended prepare of f must leave g in *)
+      let g_entry_takes =
+        if not beside then 0
+        else begin
+          let i, _, g, _ = load () in
+          let free = K.free_bytes s dev in
+          (try ignore (K.entry i g) with _ -> ());
+          let took = free - K.free_bytes s dev in
+          K.unload_img i;
+          took
+        end
+      in
       let points =
         List.init (min allocations 16) (fun k -> (k + 1, false)) @ List.init (min waits 3) (fun k -> (k + 1, true))
       in
@@ -467,7 +532,7 @@ let code7_prepare_raises (module P : Package) ~seed =
       let horizon = Float.max 0.2 (3. *. making) in
       let fresh_prepare_makes =
         lazy
-          (let i, f = K.scratch_image s dev need in
+          (let i, f, _, _ = load () in
            let before = K.free_bytes s dev in
            let made =
              if measured_prepare i f then taken_reaching before entry_takes (Unix.gettimeofday () +. horizon) else 0
@@ -479,7 +544,7 @@ let code7_prepare_raises (module P : Package) ~seed =
       let judge (at, on_wait) =
         let where = spf "its %s %d" (if on_wait then "wait" else "allocation") at in
         let base = K.free_bytes s dev in
-        let i, f = K.scratch_image s dev need in
+        let i, f, g, _ = load () in
         let before = K.free_bytes s dev in
         (* An allocation point is the census prepare's: one ended
            elsewhere took another path (the driver's own handler of a
@@ -499,6 +564,10 @@ let code7_prepare_raises (module P : Package) ~seed =
                 Some
                   (spf "a prepare of %S that an asynchronous exception ended at %s went on: %d more bytes of Device memory were taken within %.2f s after it raised, with no call made"
                      f where (raised - later) window)
+              else if beside && raised > before then
+                Some
+                  (spf "a prepare of %S that an asynchronous exception ended at %s had given back %d bytes of Device memory when it raised, with %S's prepared program (%d bytes) made before it: it changed another function's state"
+                     f where (raised - before) g need_g)
               else if on_wait && raised < before then
                 Some
                   (spf "a prepare of %S that an asynchronous exception ended at %s held %d bytes of Device memory when it raised" f where
@@ -521,6 +590,21 @@ let code7_prepare_raises (module P : Package) ~seed =
                       (spf "a prepare of %S that an asynchronous exception ended at %s changed what a prepare of it makes: one right after, with what the ended one left, made %d bytes of Device memory in all, where one on a fresh image makes %d"
                          f where made fresh)
                 end
+            in
+            (* beside: g's entry must find its program as g's prepare left
+               it, taking no more than right after that prepare *)
+            let finding =
+              if finding <> None || not beside then finding
+              else begin
+                let free = K.free_bytes s dev in
+                (try ignore (K.entry i g) with _ -> ());
+                let took = free - K.free_bytes s dev in
+                if took > g_entry_takes then
+                  Some
+                    (spf "a prepare of %S that an asynchronous exception ended at %s changed %S's prepared program: %S's entry then took %d bytes of Device memory, where right after %S's prepare it takes %d"
+                       f where g g took g g_entry_takes)
+                else None
+              end
             in
             K.unload_img i;
             match finding with
@@ -641,6 +725,7 @@ let cases =
     case "probe.CODE-6.prepare-silent" "CODE-6" code6_prepare;
     case "probe.CODE-7.prepare-idle" "CODE-7" code7_prepare_idle;
     case "probe.CODE-7.prepare-started" "CODE-7" code7_prepare_started;
-    case "probe.CODE-7.prepare-raises" "CODE-7" code7_prepare_raises;
+    case "probe.CODE-7.prepare-raises" "CODE-7" (prepare_raises ~beside:false);
+    case "probe.CODE-7.prepare-raises-beside" "CODE-7" (prepare_raises ~beside:true);
     case "probe.CODE-7.prepare-after-fault" "CODE-7" code7_prepare_after_fault;
   ]

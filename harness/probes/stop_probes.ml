@@ -239,14 +239,22 @@ let stop3_fill_running (module P : Package) ~seed =
 let stop3_failed_submit (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"STOP-3" ~seed (fun s ->
-      let refused =
+      let binary, refused =
         match Rig_edge.refused_launch (Rig_edge_registry.more P.name) with
-        | Some f -> f
+        | Some item -> item
         | None -> raise (Skip "the package registered no refused_launch (Rig_edge.kit_more)")
       in
       let round good =
         let dev = K.open_first s in
-        let h = K.kit_entry s dev "refused_launch" refused in
+        let h =
+          match K.image s dev binary with
+          | Error why -> raise (Skip (spf "setup: the device refuses refused_launch's binary: %s" why))
+          | Ok i -> (
+              match K.entry i refused with
+              | Entry h -> h
+              | Absent -> raise (Skip (spf "setup: refused_launch's binary has no function %S" refused))
+              | No_memory n -> raise (Skip (spf "setup: no memory (%d bytes) for refused_launch's function" n)))
+        in
         let n = word * (1 + K.int s 256) in
         let r = match K.alloc s dev Device n with Some r -> r | None -> raise (Skip "setup: no Device memory") in
         let done_v = ref 0 in

@@ -96,7 +96,7 @@ let () =
   let failures = ref 0 in
   List.iter
     (fun (name, p) ->
-      let refused = Option.get (Rig_edge.refused_launch (Blindsf.kit_more name)) in
+      let _, refused = Option.get (Rig_edge.refused_launch (Blindsf.kit_more name)) in
       let expect = match Blindsf.breaks name with Some c -> "breaks " ^ c | None -> "conforming" in
       Printf.printf "%s (%s; refused_launch %S)\n" name expect refused;
       let seen_broken = ref false in

@@ -6,5 +6,5 @@ let () =
   List.iter
     (fun n ->
       Printf.printf "%s refused_launch=%s\n" n
-        (Option.value ~default:"-" (Rig_edge.refused_launch (Rig_edge_registry.more n))))
+        (Option.fold ~none:"-" ~some:snd (Rig_edge.refused_launch (Rig_edge_registry.more n))))
     (Rig_edge_registry.names ())
