@@ -43,6 +43,7 @@ SETS = [
     ("test_blind_c7f", "BLINDC7F"),
     ("test_blind_s3b", "BLINDS3B"),
     ("test_blind_sf", "BLINDSF"),
+    ("test_blind_c7b", "BLINDC7B"),
 ]
 
 

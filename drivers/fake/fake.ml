@@ -30,7 +30,7 @@ external c_image_load : cdev -> string array -> int array -> int array -> native
   = "fake_stub_image_load"
 external c_entry : nativeint -> int -> int = "fake_stub_entry"
 external c_prepare : nativeint -> int -> unit = "fake_stub_prepare"
-external c_evict_prepared : nativeint -> int -> bool -> unit = "fake_stub_evict_prepared"
+external c_evict_prepared : nativeint -> int -> bool -> bool -> unit = "fake_stub_evict_prepared"
 external c_prepare_traced : nativeint -> int -> (int -> unit) -> unit = "fake_stub_prepare_traced"
 external c_scratch : nativeint -> int -> int = "fake_stub_scratch"
 external c_unload : nativeint -> unit = "fake_stub_unload"
@@ -467,11 +467,13 @@ module D = struct
                 if c_entry i.iptr k <> -2 then i.making <- List.filter (( <> ) f) i.making
               end
             end
-            else if i.on.mut = m_prepare_evicts_first || i.on.mut = m_prepare_evicts_pooled then begin
-              (* A one-program cache per image: room is made first (the
-                 pooled one keeps the memory for its next program), then a
-                 line of trace, then the making. *)
-              c_evict_prepared i.iptr k (i.on.mut = m_prepare_evicts_pooled);
+            else if i.on.mut = m_prepare_evicts_first || i.on.mut = m_prepare_evicts_pooled
+                    || i.on.mut = m_prepare_steals_when_short then begin
+              (* A one-program cache per image (or one that makes room only
+                 when f does not fit): room is made first (the pooled one
+                 keeps the memory for its next program), then a line of
+                 trace, then the making. *)
+              c_evict_prepared i.iptr k (i.on.mut = m_prepare_evicts_pooled) (i.on.mut = m_prepare_steals_when_short);
               prepare_trace := Printf.sprintf "prepare %s: room made" f;
               c_prepare i.iptr k
             end

@@ -857,9 +857,13 @@ void fake_prepare(struct fake_image *im, size_t i) {
   dev_unlock(d);
 }
 
-void fake_evict_prepared(struct fake_image *im, size_t i, int keep_memory) {
+void fake_evict_prepared(struct fake_image *im, size_t i, int keep_memory, int only_if_short) {
   struct fake_dev *d = im->dev;
   dev_lock(d);
+  if (only_if_short && (im->fns[i].entry || im->fns[i].scratch <= room_of(d, FAKE_DEVICE))) {
+    dev_unlock(d);
+    return;
+  }
   for (size_t j = 0; j < im->n; j++)
     if (j != i && im->fns[j].entry && im->fns[j].by_prepare) {
       im->fns[j].entry = 0;

@@ -171,9 +171,11 @@ int64_t fake_entry(struct fake_image *im, size_t i);
 /* Makes the entry of function i if it has none; reports nothing. */
 void fake_prepare(struct fake_image *im, size_t i);
 /* Drops the entries of im's functions other than i that a prepare made and
- * no entry asked for, giving their scratch back unless keep_memory (the
- * prepare-evicts-* mutants; kept memory is given back at unload). */
-void fake_evict_prepared(struct fake_image *im, size_t i, int keep_memory);
+ * no entry asked for, giving their scratch back unless keep_memory (kept
+ * memory is given back at unload); if only_if_short, only where function i
+ * has no entry and its scratch does not fit (the prepare-evicts-* and
+ * prepare-steals-when-short mutants). */
+void fake_evict_prepared(struct fake_image *im, size_t i, int keep_memory, int only_if_short);
 /* Whether function i of im has its entry made (prepare-c-lock-uncounted). */
 int fake_has_entry(struct fake_image *im, size_t i);
 uint64_t fake_image_scratch(const struct fake_image *im, size_t i);

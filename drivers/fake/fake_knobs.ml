@@ -63,6 +63,7 @@ let mutant_table =
     ("prepare-fault-marks", "CODE-7", "prepare records f (by name and scratch, in the process) as being made, raises Fault if the device's work faulted, and clears the record once f is made; a recorded f is not made again: after that Fault, no device of the process makes f through prepare", 93);
     ("prepare-evicts-first", "CODE-7", "prepare drops the image's other prepared entries that no entry asked for (a one-program cache), writes a line of trace (an allocation), then makes f: an asynchronous exception at the trace leaves the others' programs dropped", 95);
     ("prepare-evicts-pooled", "CODE-7", "prepare-evicts-first whose cache keeps the dropped programs' memory in a pool of its own until unload: an asynchronous exception at the trace leaves the others' programs dropped, so that their entries make them again", 96);
+    ("prepare-steals-when-short", "CODE-7", "prepare-evicts-first only where f's scratch does not fit in free Device memory: an asynchronous exception at the trace, with memory short, leaves the others' programs given back", 97);
     ("prepare-oom-stuck", "CODE-6", "prepare marks f as being made and clears the mark only when the making succeeds; the next entry of f waits for the mark to clear, for good after a making that found no memory", 91);
     ("sleep-no-early-return", "TIME-3", "sleep waits still_ms even when the word already differs", 12);
     ("sleep-overstays", "TIME-4", "sleep ignores still_ms and waits for the word (3000 ms cap)", 13);
@@ -176,6 +177,7 @@ let m_prepare_fault_marks = 93
 let m_sleep_keeps_runtime_late = 94
 let m_prepare_evicts_first = 95
 let m_prepare_evicts_pooled = 96
+let m_prepare_steals_when_short = 97
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
 let m_lock_uncounted = 43

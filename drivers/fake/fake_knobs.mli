@@ -56,6 +56,7 @@ val m_prepare_marks_then_logs : int
 val m_prepare_oom_stuck : int
 val m_prepare_evicts_first : int
 val m_prepare_evicts_pooled : int
+val m_prepare_steals_when_short : int
 val m_prepare_fault_after_make : int
 val m_prepare_fault_marks : int
 val m_sleep_keeps_runtime_late : int

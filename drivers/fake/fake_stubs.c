@@ -153,8 +153,8 @@ value fake_stub_prepare(value im, value i) {
   return Val_unit;
 }
 
-value fake_stub_evict_prepared(value im, value i, value keep_memory) {
-  fake_evict_prepared(Image_val(im), (size_t)Long_val(i), Bool_val(keep_memory));
+value fake_stub_evict_prepared(value im, value i, value keep_memory, value only_if_short) {
+  fake_evict_prepared(Image_val(im), (size_t)Long_val(i), Bool_val(keep_memory), Bool_val(only_if_short));
   return Val_unit;
 }
 

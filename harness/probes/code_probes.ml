@@ -386,9 +386,11 @@ let prepare_raises ~beside (module P : Package) ~seed =
       if P.kit.scratch = None then raise (Skip "the kit has no scratch function: a prepare's making is not seen");
       let dev = K.open_first s in
       let need = 4096 * (4 + K.int s 8) in
-      (* beside: g's scratch, one page more than f's, so that what is given
-         back says whose it was *)
-      let need_g = need + 4096 in
+      (* beside: the image's other functions g, h (both prepared before f's
+         prepare: a cache of two evicts one) and k (never prepared: a
+         prepare that makes f's dependencies makes k's), each a page larger
+         than the one before, so that what is given back says whose it was *)
+      let need_g = need + 4096 and need_h = need + 8192 and need_k = need + 12288 in
       (* the paths of the last prepare's allocations of its own, the last first *)
       let paths = ref [] in
       let drivers_allocation () =
@@ -435,17 +437,26 @@ let prepare_raises ~beside (module P : Package) ~seed =
         in
         attempt 3
       in
-      (* Free Device memory once it stood still for max(50 ms, 3 times
-         what it took to move) after it moved [goal] bytes below [from] (at
-         most 1 s in all): the level a clean making left. *)
+      (* Free Device memory once it stood still for max(20 ms, 3 times
+         what it took to move) after it moved [goal] bytes below [from], or
+         for 200 ms after it moved otherwise (a making that gave something
+         back as it took); at most 1 s in all: the level a clean making
+         left. *)
       let settled_below from goal =
         let t0 = Unix.gettimeofday () in
-        let rec shown () =
+        let rec shown moved =
           let free = K.free_bytes s dev in
-          if from - free >= goal || Unix.gettimeofday () -. t0 > 1. then free else (Thread.delay 0.002; shown ())
+          let now = Unix.gettimeofday () in
+          if from - free >= goal || now -. t0 > 1. then free
+          else
+            match moved with
+            | Some (level, since) when level = free && now -. since >= 0.2 -> free
+            | Some (level, since) when level = free -> Thread.delay 0.005; shown (Some (level, since))
+            | _ when free <> from -> Thread.delay 0.005; shown (Some (free, now))
+            | _ -> Thread.delay 0.002; shown None
         in
-        let free = shown () in
-        let still = Float.max 0.05 (3. *. (Unix.gettimeofday () -. t0)) in
+        let free = shown None in
+        let still = Float.max 0.02 (3. *. (Unix.gettimeofday () -. t0)) in
         let rec stand free since =
           let now = Unix.gettimeofday () in
           if now -. since >= still || now -. t0 > 1. then free
@@ -457,30 +468,40 @@ let prepare_raises ~beside (module P : Package) ~seed =
         in
         stand free (Unix.gettimeofday ())
       in
-      (* An image with f: alone (kit.scratch), or beside g (scratch_functions)
-         whose prepare was made and seen in Device memory first; its name g,
-         and what g's prepare took (0 when alone). *)
-      let load () =
+      (* An image with f: alone (kit.scratch), or beside g, h and k
+         (scratch_functions), g's and h's prepares made, one after the
+         other, and seen in Device memory first (h's may drop g's: a clean
+         prepare may); the names of the prepared others, and, where the two
+         prepares took less than the smaller one's scratch, what they took
+         (no other function's program to keep). *)
+      let load ?(others_prepared = true) () =
         match (beside, functions) with
         | true, Some functions -> (
-            let bin, names = functions [ need; need_g ] in
+            let bin, names = functions [ need; need_g; need_h; need_k ] in
             match (K.image s dev bin, names) with
             | Error why, _ -> raise (Skip (spf "setup: the device refuses the binary of scratch_functions: %s" why))
-            | Ok i, [ f; g ] ->
-                let before = K.free_bytes s dev in
-                (try Prim.masked (fun () -> P.D.prepare i.image g) with _ -> ());
-                let after = settled_below before need_g in
-                (i, f, g, before - after)
-            | Ok _, _ -> raise (Skip "setup: scratch_functions of two sizes did not name two functions"))
+            | Ok i, [ f; g; h; _ ] ->
+                let start = K.free_bytes s dev in
+                let prepare_settled (name, n) =
+                  let before = K.free_bytes s dev in
+                  (try Prim.masked (fun () -> P.D.prepare i.image name) with _ -> ());
+                  ignore (settled_below before n)
+                in
+                if others_prepared then List.iter prepare_settled [ (g, need_g); (h, need_h) ];
+                let took = start - K.free_bytes s dev in
+                (i, f, (if others_prepared then [ g; h ] else []),
+                 if others_prepared && took < need_g then Some (spf "%S and %S" g h, took, need_g) else None)
+            | Ok _, _ -> raise (Skip "setup: scratch_functions of four sizes did not name four functions"))
         | _ ->
             let i, f = K.scratch_image s dev need in
-            (i, f, "", 0)
+            (i, f, [], None)
       in
-      let census_img, f, g, g_prepared = load () in
-      if beside && g_prepared < need_g then
-        Case.report_unjudged
-          [ ("CODE-7", spf "a prepare of %S took %d bytes of Device memory, not its %d bytes of scratch, within 1 s: no other function's prepared program to keep" g g_prepared need_g) ]
-      else
+      let census_img, f, _, short = load () in
+      match short with
+      | Some (others, took, n) ->
+          Case.report_unjudged
+            [ ("CODE-7", spf "prepares of %s took %d bytes of Device memory in all, less than the %d bytes of the smaller one's scratch, within 1 s each: no other function's prepared program to keep" others took n) ]
+      | None ->
       let census_base = K.free_bytes s dev in
       let t0 = Unix.gettimeofday () in
       let _, allocations, waits = prepare ~at:0 ~on_wait:false census_img f in
@@ -495,22 +516,44 @@ let prepare_raises ~beside (module P : Package) ~seed =
       let window = Float.max 0.05 (Float.max (5. *. prepare_time) (2. *. making)) in
       let entry_takes = census_base - K.free_bytes s dev in
       K.unload_img census_img;
-      (* beside: what g's entry takes right after g's prepare, on an image
-         of its own (nothing if the entry claims the prepared program): the
-         state an ended prepare of f must leave g in *)
-      let g_entry_takes =
+      (* beside: what the prepared others' entries take right after their
+         prepares, on an image of its own (nothing where an entry claims the
+         prepared program): the state an ended prepare of f must leave them
+         in *)
+      let others_entries_take =
         if not beside then 0
         else begin
-          let i, _, g, _ = load () in
+          let i, _, others, _ = load () in
           let free = K.free_bytes s dev in
-          (try ignore (K.entry i g) with _ -> ());
+          List.iter (fun g -> try ignore (K.entry i g) with _ -> ()) others;
           let took = free - K.free_bytes s dev in
           K.unload_img i;
           took
         end
       in
+      (* beside, then: the points again with f's scratch not fitting, and
+         on an image where no other function was prepared (a prepare that
+         makes the others' programs too, as f's dependencies, makes them
+         only where the first prepare of the image is f's); an allocation
+         there counts where its path is the census's *)
+      (* the census of the image none of whose functions was prepared *)
+      let bare_allocations, bare_waits, bare_paths =
+        if not beside then (0, 0, [||])
+        else begin
+          let i, f, _, _ = load ~others_prepared:false () in
+          let _, allocations, waits = prepare ~at:0 ~on_wait:false i f in
+          let paths = Array.of_list (List.rev !paths) in
+          K.unload_img i;
+          (allocations, waits, paths)
+        end
+      in
+      let points ?(allocations = allocations) ?(waits = waits) world =
+        List.init (min allocations 16) (fun k -> (k + 1, false, world))
+        @ List.init (min waits 3) (fun k -> (k + 1, true, world))
+      in
       let points =
-        List.init (min allocations 16) (fun k -> (k + 1, false)) @ List.init (min waits 3) (fun k -> (k + 1, true))
+        points `Others_prepared
+        @ if beside then points `Pressed @ points ~allocations:bare_allocations ~waits:bare_waits `None_prepared else []
       in
       (* free Device memory once [until] holds of it, or at [deadline] *)
       let rec free_once until deadline =
@@ -541,21 +584,34 @@ let prepare_raises ~beside (module P : Package) ~seed =
            min made entry_takes)
       in
       (* one point: a finding, or whether prepare was ended there *)
-      let judge (at, on_wait) =
-        let where = spf "its %s %d" (if on_wait then "wait" else "allocation") at in
+      let judge (at, on_wait, world) =
+        let pressed = world = `Pressed in
         let base = K.free_bytes s dev in
-        let i, f, g, _ = load () in
+        let i, f, others, _ = load ~others_prepared:(world <> `None_prepared) () in
+        (* pressed: Device memory taken until f's scratch does not fit, as
+           where a prepare makes room by dropping others' programs *)
+        let taken = if pressed then K.take s dev (K.free_bytes s dev - (need / 2)) else [] in
+        let give_back () = List.iter K.free_reg taken in
         let before = K.free_bytes s dev in
+        let where =
+          spf "its %s %d%s" (if on_wait then "wait" else "allocation") at
+            (match world with
+             | `Pressed -> spf ", with %d bytes of Device memory free where it needs %d" before need
+             | `None_prepared -> ", on an image of several functions none of which was prepared"
+             | `Others_prepared -> "")
+        in
+        let others_text = String.concat " and " (List.map (spf "%S") others) in
         (* An allocation point is the census prepare's: one ended
            elsewhere took another path (the driver's own handler of a
            helper thread the system refused, say), where its k-th
            allocation is another point. *)
         let on_census_path () =
+          let census_paths = if world = `None_prepared then bare_paths else census_paths in
           on_wait || (at <= Array.length census_paths && (match !paths with p :: _ -> p = census_paths.(at - 1) | [] -> false))
         in
         match prepare ~at ~on_wait i f with
-        | (`Returned | `Raised _), _, _ -> K.unload_img i; `Not_ended
-        | `Ended, _, _ when not (on_census_path ()) -> K.unload_img i; `Not_ended
+        | (`Returned | `Raised _), _, _ -> give_back (); K.unload_img i; `Not_ended
+        | `Ended, _, _ when not (on_census_path ()) -> give_back (); K.unload_img i; `Not_ended
         | `Ended, _, _ ->
             let raised = K.free_bytes s dev in
             let later = lowest raised (Unix.gettimeofday () +. window) in
@@ -566,24 +622,41 @@ let prepare_raises ~beside (module P : Package) ~seed =
                      f where (raised - later) window)
               else if beside && raised > before then
                 Some
-                  (spf "a prepare of %S that an asynchronous exception ended at %s had given back %d bytes of Device memory when it raised, with %S's prepared program (%d bytes) made before it: it changed another function's state"
-                     f where (raised - before) g need_g)
+                  (spf "a prepare of %S that an asynchronous exception ended at %s had given back %d bytes of Device memory when it raised, with the prepared programs of %s made before it: it changed another function's state"
+                     f where (raised - before) others_text)
               else if on_wait && raised < before then
                 Some
                   (spf "a prepare of %S that an asynchronous exception ended at %s held %d bytes of Device memory when it raised" f where
                      (before - raised))
               else
+                (* beside: the others' entries must find their programs as
+                   their prepares left them, taking no more than right after
+                   those (asked before the prepare of f below, which may
+                   drop them as a clean prepare may) *)
+                let entries_took =
+                  if not beside || pressed then 0
+                  else begin
+                    let free = K.free_bytes s dev in
+                    List.iter (fun g -> try ignore (K.entry i g) with _ -> ()) others;
+                    free - K.free_bytes s dev
+                  end
+                in
+                if entries_took > others_entries_take then
+                  Some
+                    (spf "a prepare of %S that an asynchronous exception ended at %s changed the prepared programs of %s: their entries then took %d bytes of Device memory, where right after their prepares they take %d"
+                       f where others_text entries_took others_entries_take)
+                else
                 (* A prepare of f now, as another thread of rig's may make
                    before rig's stop comes: with what the ended one left, it
                    must make what one on a fresh image makes.  One that made
                    and recorded its entry before it raised left that much
                    already; one that left f marked as started, with nothing
                    made, gets a prepare that starts nothing. *)
-                let fresh = Lazy.force fresh_prepare_makes in
+                let fresh = if world <> `Others_prepared then 0 else Lazy.force fresh_prepare_makes in
                 if fresh <= 0 || not (measured_prepare i f) then None
                 else begin
                   let deadline = Unix.gettimeofday () +. Float.max 1. (5. *. horizon) in
-                  let made = taken_reaching before fresh deadline in
+                  let made = taken_reaching (before - entries_took) fresh deadline in
                   if made >= fresh then None
                   else
                     Some
@@ -591,21 +664,7 @@ let prepare_raises ~beside (module P : Package) ~seed =
                          f where made fresh)
                 end
             in
-            (* beside: g's entry must find its program as g's prepare left
-               it, taking no more than right after that prepare *)
-            let finding =
-              if finding <> None || not beside then finding
-              else begin
-                let free = K.free_bytes s dev in
-                (try ignore (K.entry i g) with _ -> ());
-                let took = free - K.free_bytes s dev in
-                if took > g_entry_takes then
-                  Some
-                    (spf "a prepare of %S that an asynchronous exception ended at %s changed %S's prepared program: %S's entry then took %d bytes of Device memory, where right after %S's prepare it takes %d"
-                       f where g g took g g_entry_takes)
-                else None
-              end
-            in
+            give_back ();
             K.unload_img i;
             match finding with
             | Some why -> `Found why
