@@ -64,17 +64,12 @@ BROKEN = {
 
 # The certifier's misses: driver -> what it said.  The expectation above
 # stays; the mark comes off once the certifier catches it.
-MISSED = {
-    # Its bug needs an unload after stop whose image holds entries, with its
-    # reaper thread refused (every 2nd start), then an unload of an image of
-    # the new device of the same name: probe.STOP-8.old-frees gives the old
-    # device one image with no entry.  Tried and reverted: the probe with
-    # 1-3 images with entries on the old device and an image loaded and
-    # unloaded on the new one; the old device's own next unload freed the
-    # deferred handles in every run tried (seeds 1-6), so nothing reached
-    # the new device.
-    "rf-deferred-reap": "missed: STOP-8 pass (the deferred frees never reach the new device in the probe's runs)",
-}
+MISSED: dict = {}
+# rf-deferred-reap was missed until probe.STOP-8.old-frees followed each
+# unload of the old device by an unload on the new one of an image with no
+# entry: its deferred frees, left when its reaper is refused, reach the
+# new device only at the new device's next unload, and its old device's
+# own next unload had always taken them first.
 
 UNJUDGED_OPENS = {"MEM-4": "unchecked", "STOP-2": "unchecked", "STOP-8": "unchecked"}
 

@@ -402,7 +402,15 @@ let stop8_old_frees (module P : Package) ~seed =
       (match some with
       | Some r -> ignore (K.run_or_skip s a [ K.fill_part r ~off:0 ~len:r.size ~byte:(K.byte s) ] "a Fill")
       | None -> ());
-      ignore (K.binary_image s a);
+      (* images with an entry each, so that their unloads after stop have
+         something of the old device to give back (a driver may hand that
+         to a thread of its own, or defer it when it cannot) *)
+      let with_entry dev =
+        let i = K.binary_image s dev in
+        (match P.kit.spin with Some f -> (try ignore (K.entry i f) with _ -> ()) | None -> ());
+        i
+      in
+      let olds = List.init (2 + K.int s 2) (fun _ -> with_entry a) in
       K.close s a;
       if not (K.settled a ~ms:3000) then raise (Skip "setup: the first device's word did not reach its last value");
       let b = K.open_dev s o in
@@ -410,17 +418,57 @@ let stop8_old_frees (module P : Package) ~seed =
       let rb = K.alloc s b Device n in
       let p = K.pattern s n in
       let have_bytes = match rb with Some rb -> K.write rb ~off:0 p | None -> false in
+      (* more of the new device's objects, each with bytes of its own: a
+         handle of the old device the driver misapplies to the new one
+         names one of them *)
+      let more =
+        List.filter_map
+          (fun _ ->
+            match K.alloc s b Device word with
+            | Some r ->
+                let q = K.pattern s word in
+                if K.write r ~off:0 q then Some (r, q) else None
+            | None -> None)
+          (List.init 24 Fun.id)
+      in
       let before = K.free_bytes s b in
+      (* each unload of the old device followed by one on the new device
+         (of an image with no entry, which leaves the driver nothing of its
+         own to do), where what the old one left for later may be done, on
+         the wrong device *)
+      List.iter
+        (fun old ->
+          K.unload_img old;
+          K.unload_img (K.binary_image s b))
+        olds;
       K.release_dev s a;
-      let after = K.free_bytes s b in
+      (* what the new device's images took given back, at once or on a
+         thread of the driver's: given 1 s *)
+      let deadline = Unix.gettimeofday () +. 1. in
+      let rec after () =
+        let free = K.free_bytes s b in
+        if free = before || Unix.gettimeofday () > deadline then free else (Thread.delay 0.01; after ())
+      in
+      let after = after () in
       if after <> before then
         K.flag s "free and unload on the stopped %s changed the new device's free Device memory from %d to %d bytes" o.name
-          before after;
-      match rb with
-      | Some rb when have_bytes ->
-          if K.read rb ~off:0 ~len:n <> Some p then
-            K.flag s "free and unload on the stopped %s changed the bytes of a region of the new device" o.name
-      | _ -> ())
+          before after
+      else begin
+        (* a live region of a device nothing faulted reads back what was
+           written: a Fault there says it was taken away *)
+        let holds r q =
+          match K.read r ~off:0 ~len:(String.length q) with
+          | got -> if got = Some q then None else Some "its bytes changed"
+          | exception P.D.Fault why -> Some (spf "reading it raised Fault %S" why)
+        in
+        let regions = (match rb with Some rb when have_bytes -> [ (rb, p) ] | _ -> []) @ more in
+        match List.find_map (fun (r, q) -> holds r q) regions with
+        | Some what ->
+            K.flag s
+              "free and unload on the stopped %s, and an unload on the new device after them, changed a region of the new device: %s"
+              o.name what
+        | None -> ()
+      end)
 
 let cases =
   [
