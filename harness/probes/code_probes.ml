@@ -496,6 +496,24 @@ let prepare_raises ~beside (module P : Package) ~seed =
             let i, f = K.scratch_image s dev need in
             (i, f, [], None)
       in
+      (* the census of the image none of whose functions was prepared,
+         first: a prepare with no allocation or wait of its own there (one
+         that does nothing, as hostmem's) is not ended in any world, and
+         the prepares of g and h would wait a second each for nothing *)
+      let bare_allocations, bare_waits, bare_paths =
+        if not beside then (0, 0, [||])
+        else begin
+          let i, f, _, _ = load ~others_prepared:false () in
+          let _, allocations, waits = prepare ~at:0 ~on_wait:false i f in
+          let paths = Array.of_list (List.rev !paths) in
+          K.unload_img i;
+          (allocations, waits, paths)
+        end
+      in
+      if beside && bare_allocations = 0 && bare_waits = 0 then
+        Case.report_unjudged
+          [ ("CODE-7", "a prepare on an image of several functions, none prepared, has no allocation or wait of its own: no asynchronous exception can end it") ]
+      else
       let census_img, f, _, short = load () in
       match short with
       | Some (others, took, n) ->
@@ -536,17 +554,6 @@ let prepare_raises ~beside (module P : Package) ~seed =
          makes the others' programs too, as f's dependencies, makes them
          only where the first prepare of the image is f's); an allocation
          there counts where its path is the census's *)
-      (* the census of the image none of whose functions was prepared *)
-      let bare_allocations, bare_waits, bare_paths =
-        if not beside then (0, 0, [||])
-        else begin
-          let i, f, _, _ = load ~others_prepared:false () in
-          let _, allocations, waits = prepare ~at:0 ~on_wait:false i f in
-          let paths = Array.of_list (List.rev !paths) in
-          K.unload_img i;
-          (allocations, waits, paths)
-        end
-      in
       let points ?(allocations = allocations) ?(waits = waits) world =
         List.init (min allocations 16) (fun k -> (k + 1, false, world))
         @ List.init (min waits 3) (fun k -> (k + 1, true, world))
