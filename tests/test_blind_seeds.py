@@ -44,6 +44,7 @@ SETS = [
     ("test_blind_s3b", "BLINDS3B"),
     ("test_blind_sf", "BLINDSF"),
     ("test_blind_c7b", "BLINDC7B"),
+    ("test_blind_st8", "BLINDST8"),
 ]
 
 

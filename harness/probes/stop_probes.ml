@@ -394,23 +394,34 @@ let stop6_no_late_write (module P : Package) ~seed =
 let stop8_old_frees (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"STOP-8" ~seed (fun s ->
-      let o = match K.openers () with o :: _ -> o | [] -> raise (Skip "the package has no opener") in
+      let o, other = match K.openers () with o :: rest -> (o, List.nth_opt rest 0) | [] -> raise (Skip "the package has no opener") in
       let a = K.open_dev s o in
       let count = 2 + K.int s 4 in
-      let regions = List.init count (fun _ -> K.alloc s a Device (4096 * (1 + K.int s 16))) in
-      let some = List.find_map Fun.id regions in
-      (match some with
-      | Some r -> ignore (K.run_or_skip s a [ K.fill_part r ~off:0 ~len:r.size ~byte:(K.byte s) ] "a Fill")
-      | None -> ());
-      (* images with an entry each, so that their unloads after stop have
-         something of the old device to give back (a driver may hand that
-         to a thread of its own, or defer it when it cannot) *)
+      let regions = List.filter_map Fun.id (List.init count (fun _ -> K.alloc s a Device (4096 * (1 + K.int s 16)))) in
+      (match regions with
+      | r :: _ -> ignore (K.run_or_skip s a [ K.fill_part r ~off:0 ~len:r.size ~byte:(K.byte s) ] "a Fill")
+      | [] -> ());
+      (* a mapping on the old device of another device's region, where the
+         package has a peer for it *)
+      let mapping =
+        match other with
+        | None -> None
+        | Some o2 -> (
+            match K.open_dev s o2 with
+            | exception Not_opened _ -> None
+            | c ->
+                if not (P.D.peer a.d c.d) then None
+                else match K.alloc s c Device (4096 * (1 + K.int s 4)) with Some rc -> Some (K.map_peer s a rc) | None -> None)
+      in
+      (* images with an entry each, and one with none, so that their
+         unloads after stop have something of the old device to give back
+         (a driver may hand that to a thread of its own, or defer it) *)
       let with_entry dev =
         let i = K.binary_image s dev in
         (match P.kit.spin with Some f -> (try ignore (K.entry i f) with _ -> ()) | None -> ());
         i
       in
-      let olds = List.init (2 + K.int s 2) (fun _ -> with_entry a) in
+      let olds = List.init (2 + K.int s 2) (fun _ -> with_entry a) @ [ K.binary_image s a ] in
       K.close s a;
       if not (K.settled a ~ms:3000) then raise (Skip "setup: the first device's word did not reach its last value");
       let b = K.open_dev s o in
@@ -431,17 +442,33 @@ let stop8_old_frees (module P : Package) ~seed =
             | None -> None)
           (List.init 24 Fun.id)
       in
+      (* the new device's word past the old one's, and an image with an
+         entry it keeps *)
+      let b_value =
+        match K.alloc s b Device word with
+        | Some r -> List.fold_left (fun _ _ -> K.run_or_skip s b [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] "a Fill") 0 (List.init (a.last + 2) Fun.id)
+        | None -> 0
+      in
+      let ib = K.binary_image s b in
+      let b_entry = match P.kit.spin with Some f -> (match K.entry ib f with Entry h -> Some (f, h) | _ -> None) | None -> None in
       let before = K.free_bytes s b in
-      (* each unload of the old device followed by one on the new device
-         (of an image with no entry, which leaves the driver nothing of its
-         own to do), where what the old one left for later may be done, on
-         the wrong device *)
-      List.iter
-        (fun old ->
-          K.unload_img old;
-          K.unload_img (K.binary_image s b))
-        olds;
+      (* each release of the old device's things followed by calls on the
+         new device (an image with no entry loaded and unloaded, which
+         leaves the driver nothing of its own to do, then allocations):
+         where what the old one left for later may be done, on the wrong
+         device *)
+      let then_calls_on_b () =
+        K.unload_img (K.binary_image s b);
+        ignore (K.free_bytes s b)
+      in
+      List.iter (fun old -> K.unload_img old; then_calls_on_b ()) olds;
+      Option.iter (fun m -> K.free_reg m; then_calls_on_b ()) mapping;
+      List.iter (fun r -> K.free_reg r; then_calls_on_b ()) regions;
       K.release_dev s a;
+      then_calls_on_b ();
+      (* a thread of the driver's that the old device's calls started (a
+         reaper) acts a little later *)
+      Thread.delay 0.3;
       (* what the new device's images took given back, at once or on a
          thread of the driver's: given 1 s *)
       let deadline = Unix.gettimeofday () +. 1. in
@@ -450,25 +477,39 @@ let stop8_old_frees (module P : Package) ~seed =
         if free = before || Unix.gettimeofday () > deadline then free else (Thread.delay 0.01; after ())
       in
       let after = after () in
+      (* a live region of a device nothing faulted reads back what was
+         written: a Fault there says it was taken away *)
+      let holds r q =
+        match K.read r ~off:0 ~len:(String.length q) with
+        | got -> if got = Some q then None else Some "its bytes changed"
+        | exception P.D.Fault why -> Some (spf "reading it raised Fault %S" why)
+      in
+      let changed_region =
+        List.find_map (fun (r, q) -> holds r q) ((match rb with Some rb when have_bytes -> [ (rb, p) ] | _ -> []) @ more)
+      in
+      let word_now = P.D.signaled b.d in
+      let what = spf "free and unload on the stopped %s, each followed by calls on the new device," o.name in
       if after <> before then
-        K.flag s "free and unload on the stopped %s changed the new device's free Device memory from %d to %d bytes" o.name
-          before after
-      else begin
-        (* a live region of a device nothing faulted reads back what was
-           written: a Fault there says it was taken away *)
-        let holds r q =
-          match K.read r ~off:0 ~len:(String.length q) with
-          | got -> if got = Some q then None else Some "its bytes changed"
-          | exception P.D.Fault why -> Some (spf "reading it raised Fault %S" why)
-        in
-        let regions = (match rb with Some rb when have_bytes -> [ (rb, p) ] | _ -> []) @ more in
-        match List.find_map (fun (r, q) -> holds r q) regions with
-        | Some what ->
-            K.flag s
-              "free and unload on the stopped %s, and an unload on the new device after them, changed a region of the new device: %s"
-              o.name what
-        | None -> ()
-      end)
+        K.flag s "%s changed the new device's free Device memory from %d to %d bytes" what before after
+      else
+        match changed_region with
+        | Some how -> K.flag s "%s changed a region of the new device: %s" what how
+        | None ->
+            if b_value > 0 && word_now <> b_value then
+              K.flag s "%s changed the new device's word: it reads %d, where its work had brought it to %d" what word_now b_value
+            else begin
+              (* the new device's entry, made before, still launches *)
+              match b_entry with
+              | None -> ()
+              | Some (f, h) -> (
+                  match K.submit b [ Launch { entry = h; args = [ 0L ] } ] with
+                  | Error _ -> ()
+                  | Ok v -> (
+                      match K.wait_value s b v ~ms:3000 with
+                      | K.Fault_seen why ->
+                          K.flag s "%s changed the new device's entry of %S: its launch made the device fault (%s)" what f why
+                      | _ -> ()))
+            end)
 
 let cases =
   [
