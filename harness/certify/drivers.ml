@@ -54,14 +54,14 @@ type info = {
 
 let info (d : t) =
   let (module P : Rig_edge.Package) = d.package in
-  let k = P.kit in
+  let k = P.kit and more = Rig_edge_registry.more P.name in
   { name = P.name;
     kit =
       [ ("kit.refused_binary", k.refused_binary <> None); ("kit.spin", k.spin <> None); ("kit.fault", k.fault <> None);
         ("kit.hang", k.hang <> None); ("kit.scratch", k.scratch <> None); ("kit.bus_function", k.bus_function <> None);
         ("kit.bus_agent", k.bus_agent <> None);
-        ("kit.refused_launch", Rig_edge.refused_launch (Rig_edge_registry.more P.name) <> None);
-        ("kit.scratch_functions", Rig_edge.scratch_functions (Rig_edge_registry.more P.name) <> None) ];
+        ("kit.refused_launch", Rig_edge.refused_launch more <> None);
+        ("kit.scratch_functions", Rig_edge.scratch_functions more <> None) ];
     fault_injection = d.inject <> None;
     info_mutants = d.mutants }
 

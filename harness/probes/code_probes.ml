@@ -534,6 +534,12 @@ let prepare_raises ~beside (module P : Package) ~seed =
       let window = Float.max 0.05 (Float.max (5. *. prepare_time) (2. *. making)) in
       let entry_takes = census_base - K.free_bytes s dev in
       K.unload_img census_img;
+      (* what the entries of [others] on [i] take of free Device memory *)
+      let entries_take i others =
+        let free = K.free_bytes s dev in
+        List.iter (fun g -> try ignore (K.entry i g) with _ -> ()) others;
+        free - K.free_bytes s dev
+      in
       (* beside: what the prepared others' entries take right after their
          prepares, on an image of its own (nothing where an entry claims the
          prepared program): the state an ended prepare of f must leave them
@@ -542,9 +548,7 @@ let prepare_raises ~beside (module P : Package) ~seed =
         if not beside then 0
         else begin
           let i, _, others, _ = load () in
-          let free = K.free_bytes s dev in
-          List.iter (fun g -> try ignore (K.entry i g) with _ -> ()) others;
-          let took = free - K.free_bytes s dev in
+          let took = entries_take i others in
           K.unload_img i;
           took
         end
@@ -562,11 +566,7 @@ let prepare_raises ~beside (module P : Package) ~seed =
         points `Others_prepared
         @ if beside then points `Pressed @ points ~allocations:bare_allocations ~waits:bare_waits `None_prepared else []
       in
-      (* free Device memory once [until] holds of it, or at [deadline] *)
-      let rec free_once until deadline =
-        let now = K.free_bytes s dev in
-        if until now || Unix.gettimeofday () > deadline then now else (Thread.delay 0.01; free_once until deadline)
-      in
+      let free_once until deadline = K.free_bytes_when s dev ~deadline until in
       (* the least free Device memory seen until [deadline] *)
       let rec lowest low deadline =
         if Unix.gettimeofday () > deadline then low
@@ -640,14 +640,7 @@ let prepare_raises ~beside (module P : Package) ~seed =
                    their prepares left them, taking no more than right after
                    those (asked before the prepare of f below, which may
                    drop them as a clean prepare may) *)
-                let entries_took =
-                  if not beside || pressed then 0
-                  else begin
-                    let free = K.free_bytes s dev in
-                    List.iter (fun g -> try ignore (K.entry i g) with _ -> ()) others;
-                    free - K.free_bytes s dev
-                  end
-                in
+                let entries_took = if not beside || pressed then 0 else entries_take i others in
                 if entries_took > others_entries_take then
                   Some
                     (spf "a prepare of %S that an asynchronous exception ended at %s changed the prepared programs of %s: their entries then took %d bytes of Device memory, where right after their prepares they take %d"

@@ -221,11 +221,12 @@ module Kit (P : Package) = struct
 
   (* --- submissions and waits *)
 
+  (* What [dev.lost] says after a submit that failed (stop then gets None). *)
+  let failed_submit = "failed submit"
+
   (* [submit s dev parts] asks room (growing as rig does, at most four
      times), submits with the next value and commits unless [~commit:false].
      [Ok v] or [Error why]. *)
-  let failed_submit = "failed submit"
-
   let submit ?(commit = true) dev parts =
     let q = dev.facts.queue in
     let sub = encode parts in
@@ -460,6 +461,10 @@ module Kit (P : Package) = struct
     let t = total rs in
     List.iter free_reg rs;
     t
+
+  let rec free_bytes_when s dev ~deadline until =
+    let free = free_bytes s dev in
+    if until free || now () > deadline then free else (Thread.delay 0.01; free_bytes_when s dev ~deadline until)
 
   let taken_by s dev ~shows start =
     let before = free_bytes s dev in

@@ -115,6 +115,11 @@ module Kit (P : Rig_edge.Package) : sig
   val take : session -> dev -> int -> reg list
   val free_bytes : session -> dev -> int
 
+  (** [free_bytes_when s dev ~deadline until]: free Device memory once
+      [until] holds of it (read every 10 ms), or at [deadline] (as
+      {!now}). *)
+  val free_bytes_when : session -> dev -> deadline:float -> (int -> bool) -> int
+
   (** [taken_by s dev ~shows start]: the bytes of free Device memory that
       [start ()] took, once [shows] of them were taken (looked at for 1 s)
       and 0.3 s more passed, for work it handed to a thread of its own;

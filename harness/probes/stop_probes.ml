@@ -471,12 +471,7 @@ let stop8_old_frees (module P : Package) ~seed =
       Thread.delay 0.3;
       (* what the new device's images took given back, at once or on a
          thread of the driver's: given 1 s *)
-      let deadline = Unix.gettimeofday () +. 1. in
-      let rec after () =
-        let free = K.free_bytes s b in
-        if free = before || Unix.gettimeofday () > deadline then free else (Thread.delay 0.01; after ())
-      in
-      let after = after () in
+      let after = K.free_bytes_when s b ~deadline:(now () +. 1.) (fun free -> free = before) in
       (* a live region of a device nothing faulted reads back what was
          written: a Fault there says it was taken away *)
       let holds r q =
