@@ -54,28 +54,60 @@ let all =
 
 let under_fault = [ ("grown-unbounded", "rig.grow-rounds", "room:6:grow") ]
 
-(* The steps the variants replace, each with its conforming function, and
-   the variants each instance of the reference rig registers. *)
-let resets : (unit -> unit) list ref = ref []
-let variants : (string * (unit -> unit)) list ref = ref []
+(* The instances of the reference rig, each kept here only while it lives:
+   a case makes an instance per run, and a child runs hundreds of points (a
+   sweep's batch) one after another.  Held strongly, every instance that
+   ever ran stayed reachable, with the validation layer under it, and each
+   collection a later point asked for marked them all.  An instance is
+   keyed on one of its own steps, which its code reads as long as it runs;
+   its resets and variants, which hold its steps, are the ephemeron's data,
+   kept while that key lives. *)
+type owned = { resets : (unit -> unit) list; variants : (string * (unit -> unit)) list }
+type instance = Instance : 'k Weak.t * ('k, owned) Ephemeron.K1.t -> instance
+type key = Key : 'k -> key
+
+let instances : instance list ref = ref []
+
+(* The steps made since the last register: the instance being made. *)
+let making : (key * (unit -> unit)) list ref = ref []
 let active = ref None
 
 let step conforming =
   let r = ref conforming in
-  resets := (fun () -> r := conforming) :: !resets;
+  making := (Key r, fun () -> r := conforming) :: !making;
   r
 
-let install_active () =
-  List.iter (fun reset -> reset ()) !resets;
-  Option.iter (fun name -> List.iter (fun (n, install) -> if n = name then install ()) !variants) !active
+let install (o : owned) =
+  List.iter (fun reset -> reset ()) o.resets;
+  Option.iter (fun name -> List.iter (fun (n, install) -> if n = name then install ()) o.variants) !active
+
+(* The registrations of the instances alive, the dead ones dropped. *)
+let alive () =
+  let live =
+    List.filter_map
+      (fun (Instance (key, eph) as i) ->
+        match Weak.get key 0 with Some k -> Option.map (fun o -> (i, o)) (Ephemeron.K1.query eph k) | None -> None)
+      !instances
+  in
+  instances := List.map fst live;
+  List.map snd live
 
 let register vs =
-  variants := vs @ !variants;
-  install_active ()
+  let resets = List.map snd !making in
+  let owned = { resets; variants = vs } in
+  (match List.rev !making with
+  | (Key first, _) :: _ ->
+      let key = Weak.create 1 in
+      Weak.set key 0 (Some first);
+      ignore (alive ());
+      instances := Instance (key, Ephemeron.K1.make first owned) :: !instances
+  | [] -> invalid_arg "Rig_mutant.register: an instance without steps");
+  making := [];
+  install owned
 
 let set m =
   (match m with
   | Some name when not (List.exists (fun (n, _, _) -> n = name) all) -> invalid_arg ("unknown rig mutant " ^ name)
   | _ -> ());
   active := m;
-  install_active ()
+  List.iter install (alive ())
