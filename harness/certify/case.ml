@@ -15,6 +15,7 @@ let expect acc clause cond fmt =
   Printf.ksprintf (fun detail -> if not cond then acc := { clause; detail } :: !acc) fmt
 
 let injecting = ref false
+let counting = ref false
 let calls = ref []
 let report_calls tally = calls := tally
 let reported_calls () = !calls

@@ -34,6 +34,11 @@ val expect : finding list ref -> string -> bool -> ('a, unit, string, unit) form
 (** Set in the child before the case runs, when a failure is injected. *)
 val injecting : bool ref
 
+(** Set in the child before the case runs when the run is a sweep's census
+    (run --census): the case counts its calls and may leave out what the
+    sweep's points will try one by one (the async cases' in-process points). *)
+val counting : bool ref
+
 (** [report_calls tally]: a case tells how many calls of each driver
     function it made (the child prints them for the sweep). *)
 val report_calls : (string * int) list -> unit

@@ -11,6 +11,7 @@ type job = {
   plugins : string list;
   mutant : string option;
   inject : Injection.t option;
+  census : bool;
 }
 
 type outcome =
@@ -32,6 +33,7 @@ let run_args j =
   @ (match Sys.getenv_opt "RIG_CONFORM_SEQUENCES" with
     | Some n when String.starts_with ~prefix:"model." j.case.name -> [ "--sequences"; n ]
     | _ -> [])
+  @ (if j.census then [ "--census" ] else [])
   @ match j.inject with Some i -> [ "--inject"; Injection.to_string i ] | None -> []
 
 (* The program as the user would type it: relative to the current directory

@@ -12,6 +12,9 @@ type job = {
   plugins : string list;   (** driver plugins the child loads first (absolute paths) *)
   mutant : string option;  (** of the driver or of the reference rig *)
   inject : Injection.t option;
+  census : bool;
+      (** a sweep's census: the run counts the calls a sweep's points are drawn
+          from, and may leave out what those points will try one by one (run --census) *)
 }
 
 type outcome =

@@ -25,7 +25,7 @@ Usage:
       driver has fault injection (the fake), it also runs the systematic sweep
       (see sweep) and counts its runs in the verdicts; --no-sweep skips it.
   rig-conform run --case NAME --seed N [--plugin PATH] [--driver NAME] [--mutant NAME] [--inject F:N:K]
-                  [--sequences N]
+                  [--sequences N] [--census]
       Runs one case once, in a child it watches, and prints its findings: the replay line
       that certify prints beside each failure.  Exit 1 when it finds a violation, and when
       a driver call outlives its limit (printed: HUNG, the function, seconds, its clause).
@@ -97,6 +97,9 @@ Options:
                     (default 8, fewer on a driver so slow that they take over 45 s; given,
                     all N run: raise --timeout with it; at most 100000)
   --scenario FILE   (run) the scenario file to run
+  --census          (run) the run of a sweep's census: it counts the calls the points are
+                    drawn from and leaves out what the points try one by one (an async.*
+                    case's points in-process)
   --no-sweep        (certify) skip the systematic fault-injection sweep
   --list            (certify) the clauses, the cases that check each, the driver's kit; runs nothing
   --no-color        no colour (also when NO_COLOR is set or stdout is not a terminal)
@@ -124,6 +127,7 @@ type opts = {
   mutable out : string option;
   mutable sequences : int option;
   mutable scenario : string option;
+  mutable census : bool;
 }
 
 let cores () = Idle_cores.count ()
@@ -158,7 +162,7 @@ let parse_opts args ~allowed =
     { driver = "fake"; only = []; seeds = []; jobs_given = None; timeout = None; report = None; case = None;
       mutant = None; plugins = []; injects = []; shard = None; sweep = true; random = None; batch = None; list = false;
       junit = None; markdown = None; color = Unix.isatty Unix.stdout && Sys.getenv_opt "NO_COLOR" = None; out = None;
-      sequences = None; scenario = None }
+      sequences = None; scenario = None; census = false }
   in
   let is_flag s = String.length s > 0 && s.[0] = '-' in
   (* A flag given twice with other values, or --seed with --seeds: which one
@@ -177,6 +181,7 @@ let parse_opts args ~allowed =
     | flag :: _ when is_flag flag && not (List.mem flag allowed) -> usage_error "unknown option %s for this subcommand" flag
     | "--no-color" :: rest -> o.color <- false; go rest
     | "--no-sweep" :: rest -> o.sweep <- false; go rest
+    | "--census" :: rest -> o.census <- true; go rest
     | "--list" :: rest -> o.list <- true; go rest
     | flag :: [] when is_flag flag -> usage_error "%s needs a value" flag
     | "--random" :: v :: rest -> o.random <- Some (positive "--random" v); go rest

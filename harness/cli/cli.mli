@@ -32,6 +32,7 @@ type opts = {
   mutable out : string option;     (** calibrate's output *)
   mutable sequences : int option;  (** the model cases' programs per run (also put in RIG_CONFORM_SEQUENCES) *)
   mutable scenario : string option;  (** run's scenario file, absolute *)
+  mutable census : bool;  (** run --census: a sweep's census run (Case.counting) *)
 }
 
 (** [parse_opts args ~allowed]: the options of a subcommand; any other is a

@@ -20,7 +20,7 @@ let main args =
   o.timeout <- Some 120.;
   let jobs =
     List.concat_map
-      (fun case -> List.map (fun seed -> { Runner.case; seed; driver = "fake"; plugins = []; mutant = None; inject = None }) [ 1; 2; 3 ])
+      (fun case -> List.map (fun seed -> { Runner.case; seed; driver = "fake"; plugins = []; mutant = None; inject = None; census = false }) [ 1; 2; 3 ])
       (Known_cases.all_cases ())
   in
   let results = Session.run_jobs ~crowd:false o ~what:"calibrate" jobs in

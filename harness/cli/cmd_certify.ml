@@ -84,7 +84,7 @@ let main args =
       let cases = Known_cases.cases_for selected in
       let jobs =
         List.concat_map
-          (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None; inject = None }) seeds)
+          (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None; inject = None; census = false }) seeds)
           cases
         |> Session.in_shard o
       in

@@ -28,7 +28,7 @@ let apply_mutant (drv : Drivers.t) = function
 
 let run args =
   let o =
-    Cli.parse_opts args ~allowed:[ "--driver"; "--plugin"; "--case"; "--seed"; "--mutant"; "--inject"; "--sequences"; "--scenario" ]
+    Cli.parse_opts args ~allowed:[ "--driver"; "--plugin"; "--case"; "--seed"; "--mutant"; "--inject"; "--sequences"; "--scenario"; "--census" ]
   in
   (* The scenarios are read before the driver's code can move the directory. *)
   let case, seed =
@@ -71,7 +71,8 @@ let run args =
         try inject i with Invalid_argument why -> Cli.usage_error "--inject %s: %s" (Injection.to_string i) why)
     | Some _, None -> Cli.usage_error "driver %S has no fault injection" o.driver
   in
-  let job inject = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject } in
+  Case.counting := o.census;
+  let job inject = { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject; census = o.census } in
   match o.injects with
   | [] | [ _ ] ->
       let inject = match o.injects with [ i ] -> Some i | _ -> None in

@@ -15,12 +15,12 @@ let main args =
   let without_mutant = if o.mutant <> None then [] else List.filter (fun id -> not (List.exists (fun (_, c, _, _) -> c = id) mutants)) checked in
   let conforming_jobs =
     if o.mutant <> None then [] else
-    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None; inject = None }) seeds) (Known_cases.all_cases ())
+    List.concat_map (fun case -> List.map (fun seed -> { Runner.case; seed; driver = o.driver; plugins = o.plugins; mutant = None; inject = None; census = false }) seeds) (Known_cases.all_cases ())
   in
   let mutant_jobs =
     List.concat_map
       (fun (m, clause, _, _) ->
-        let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = Some m; inject } in
+        let job ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = Some m; inject; census = false } in
         match List.find_opt (fun (m', _, _) -> m' = m) Rig_mutant.under_fault with
         | Some (_, case, inject) ->
             let case = List.find (fun (c : Case.t) -> c.name = case) (Known_cases.all_cases ()) in

@@ -10,7 +10,7 @@ let random_plan (o : Cli.opts) points =
       let tagged = List.map (fun p -> (Random.State.bits st, p)) points in
       List.sort compare tagged |> List.filteri (fun i _ -> i < n) |> List.map snd
 
-let clean_job (o : Cli.opts) ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject }
+let clean_job (o : Cli.opts) ?inject case = { Runner.case; seed = 1; driver = o.driver; plugins = o.plugins; mutant = o.mutant; inject; census = false }
 
 let census (o : Cli.opts) cases =
   Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);

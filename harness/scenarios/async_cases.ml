@@ -184,7 +184,7 @@ let run_case flow (pkg : (module Rig_edge.Package)) ~seed =
         unwatch ();
         Case.report_calls (census_calls base.census);
         let probes = List.map (fun (clause, detail) -> finding clause "%s" detail) base.probes in
-        if probes <> [] then Ran probes
+        if probes <> [] || !Case.counting then Ran probes
         else
           let points =
             List.concat_map
