@@ -133,7 +133,7 @@ def shrunk_counterexample(tmp_path):
     for seed in range(1, 8):
         proc = run(
             ["--case", "model.driver", "--seed", str(seed), "--mutant", "stop-no-last-value"],
-            env_extra={"RIG_CONFORM_COUNTEREXAMPLES": str(tmp_path)},
+            env_extra={"RIG_CONFORM_COUNTEREXAMPLES": str(tmp_path), "RIG_CONFORM_SHRINK_SECONDS": "30"},
         )
         m = re.search(r"shrunk from (\d+) steps to (\d+); counterexample in (\S+)\.\{txt,scn,trace\.json\}", proc.stdout)
         if proc.returncode == 1 and m and int(m.group(1)) >= 20:
