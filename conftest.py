@@ -257,6 +257,29 @@ def pytest_configure(config):
         pytest.exit(f"rig-conform test suite cannot start: {e}", returncode=1)
 
 
+# Tests that take half a minute or more (make pytest's --durations): they
+# start first, so that none of them starts last and holds the suite's end
+# while the other workers idle.  Matched against the test's node id.
+SLOW_FIRST = (
+    "test_blind_hangs.py::test_conforming",
+    "test_sanitizers.py::test_asan",
+    "test_third_party.py::test_hostmem_passes_twenty_seeds",
+    "test_third_party.py::test_broken_flagged_with_its_clause",
+    "test_hostile.py::test_a_stop_that_never_returns",
+    "test_blind_set.py::test_conforming_gets_hostmems_verdicts[bs-ok-",
+    "test_blind_tm.py::test_broken",
+    "test_blind_l3.py::test_broken",
+    "test_clauses.py::test_mutant_caught[TIME-4",
+    "test_clauses.py::test_mutant_caught[CODE-6",
+    "test_model.py::test_shrinks",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    # A stable sort: the same order in every xdist worker, as it requires.
+    items.sort(key=lambda item: not any(s in item.nodeid for s in SLOW_FIRST))
+
+
 def clause_case_params():
     """pytest.param((clause, case)) for each pair, id "<clause>-<case>"."""
     cases, _ = parse_list()
