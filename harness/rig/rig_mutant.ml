@@ -59,9 +59,11 @@ let under_fault = [ ("grown-unbounded", "rig.grow-rounds", "room:6:grow") ]
    sweep's batch) one after another.  Held strongly, every instance that
    ever ran stayed reachable, with the validation layer under it, and each
    collection a later point asked for marked them all.  An instance is
-   keyed on one of its own steps, which its code reads as long as it runs;
-   its resets and variants, which hold its steps, are the ephemeron's data,
-   kept while that key lives. *)
+   keyed on its first step (a ref its code reads); its resets and variants,
+   which hold its steps, are the ephemeron's data, kept while that key
+   lives.  A register installs the active mutant at once, so an instance
+   made after [set] (as every run makes its own) has it whatever becomes
+   of its key. *)
 type owned = { resets : (unit -> unit) list; variants : (string * (unit -> unit)) list }
 type instance = Instance : 'k Weak.t * ('k, owned) Ephemeron.K1.t -> instance
 type key = Key : 'k -> key

@@ -12,8 +12,9 @@ val under_fault : (string * string * string) list
 
 (** [set (Some name)] activates a mutant: every step goes back to its
     conforming function, then that mutant's variants are installed (in each
-    instance of the reference rig, also one made later); [set None] leaves
-    the conforming steps alone.  Invalid_argument for an unknown name. *)
+    instance of the reference rig, also one made later; an instance is kept
+    here no longer than it lives); [set None] leaves the conforming steps
+    alone.  Invalid_argument for an unknown name. *)
 val set : string option -> unit
 
 (** {1 For the reference rig's modules} *)
