@@ -24,14 +24,14 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_RIG = ROOT / "_build" / "default" / "harness" / "certify" / "main.exe"
 CLAUSES_TSV = ROOT / "spec" / "clauses.tsv"
 
-# No single case run or certify of the suite comes close to these; they only
-# keep a hung child from hanging the suite.
 # The suite's model.driver runs report their counterexample as drawn: the
 # shrinking keeps the clause a verdict names, and took up to 30 s of each
 # run that found one (blind drivers, mutants).  test_model asks for it where
 # it tests the shrinking.
 os.environ.setdefault("RIG_CONFORM_SHRINK_SECONDS", "0")
 
+# No single case run or certify of the suite comes close to these; they only
+# keep a hung child from hanging the suite.
 RUN_TIMEOUT = 120
 CERTIFY_TIMEOUT = 600
 BUILD_TIMEOUT = 3600

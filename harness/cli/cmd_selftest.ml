@@ -38,15 +38,13 @@ let main args =
      run beyond -j while the cores idle (a finding of a crowded run runs
      again alone).  A mutant's runs find something nearly every time, each
      of which would run again: they run at -j, after. *)
-  let conforming_results = Session.run_jobs o ~what:"selftest (conforming pair)" conforming_jobs in
+  let conforming = Session.run_jobs o ~what:"selftest (conforming pair)" conforming_jobs in
   let mutant_results = Session.run_jobs ~crowd:false o ~what:"selftest (mutants)" mutant_jobs in
-  let results = conforming_results @ mutant_results in
-  let conforming = List.filter (fun (r : Runner.result) -> r.job.mutant = None) results in
   let conforming_flagged = Report.flagged conforming in
   let rows =
     List.map
       (fun (m, clause, what, side) ->
-        let mine = List.filter (fun (r : Runner.result) -> r.job.mutant = Some m) results in
+        let mine = List.filter (fun (r : Runner.result) -> r.job.mutant = Some m) mutant_results in
         let flagged = Report.flagged mine in
         let caught = flagged = [ clause ] in
         (m, clause, what, side, caught, flagged, mine))
