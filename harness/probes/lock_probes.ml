@@ -384,6 +384,7 @@ module Probe (Pk : Rig_edge.Package) = struct
   let still_cycle = [| 100; 15; 40; 20; 60 |]
   let max_sleeps = 400
   let kept_share = 0.25
+  let free_wait_max_ms = 4000.
   let kept_votes = 3
   let released_votes = 2
 
@@ -416,10 +417,13 @@ module Probe (Pk : Rig_edge.Package) = struct
 
   let sig3_measure d ~turns ~pauses =
     (* As long as the sleeps' window, so that the load of the machine
-       weighs on both alike *)
-    let free_wait () =
+       weighs on both alike.  Sleeps that overstay their still_ms by far
+       (one 3-s sleep) make that window many times the goal, and a longer
+       window meets longer pauses of a loaded machine: then the second free
+       wait lasts as long (up to a bound). *)
+    let free_wait ms =
       let before = Atomic.get turns and t0 = now_ms () in
-      Thread.delay (blocked_goal_ms /. 1000.);
+      Thread.delay (ms /. 1000.);
       let t1 = now_ms () in
       (float (Atomic.get turns - before) /. (t1 -. t0), (t0, t1, 0))
     in
@@ -436,9 +440,9 @@ module Probe (Pk : Rig_edge.Package) = struct
               ~windows:((t0, t1, still_ms) :: windows)
         | exception e -> raise (Skip (spf "sleep on an idle device raised %s" (Printexc.to_string e)))
     in
-    let r0, f0 = free_wait () in
+    let r0, f0 = free_wait blocked_goal_ms in
     let calls, blocked_ms, inside, windows = sleeps ~calls:0 ~blocked_ms:0. ~inside:0 ~windows:[] in
-    let r1, f1 = free_wait () in
+    let r1, f1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
     let noted = Atomic.get pauses in
     { calls; blocked_ms; inside; free_rate = (r0 +. r1) /. 2.;
       pause_in_sleep = longest_within noted windows; pause_free = fst (longest_within noted [ f0; f1 ]) }
