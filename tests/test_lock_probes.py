@@ -10,6 +10,7 @@ subprocess runs under a timeout; nothing sleeps or times anything here.
 """
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -66,3 +67,23 @@ def test_conforming_drivers_clean(plugins, tmp_path, driver):
     assert code == 0, out
     for cid in sorted(PROBED):
         assert clauses[cid]["verdict"] == "pass", f"{cid}: {clauses[cid]}"
+
+
+SIG3_CASE = "probe.SIG-3.wait-releases-runtime"
+
+
+@pytest.mark.parametrize("proxies", ["0", "1"], ids=["schedstat", "proxies"])
+@pytest.mark.parametrize("mutant", [None, "sleep-keeps-runtime", "sleep-keeps-runtime-late"])
+def test_sig3_either_measure(proxies, mutant):
+    """SIG-3 is judged on the kernel's per-thread figures where they can be
+    read, and on turns and pauses elsewhere: both paths flag the fake's
+    kept-runtime mutants and pass the conforming fake."""
+    env = dict(os.environ, RIG_CONFORM_SIG3_PROXIES=proxies)
+    args = [ensure_rig(), "run", "--case", SIG3_CASE, "--seed", "1"] + (["--mutant", mutant] if mutant else [])
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT, env=env)
+    assert proc.returncode == (1 if mutant else 0) and "DONE" in proc.stdout, proc.stdout + proc.stderr
+    found = [l.split("\t")[1] for l in proc.stdout.splitlines() if l.startswith("FINDING\t")]
+    assert found == ([] if mutant is None else ["SIG-3"]), proc.stdout
+    measure = "waited for the runtime" if proxies == "0" else "OCaml thread"
+    if mutant:
+        assert measure in proc.stdout, proc.stdout

@@ -353,33 +353,49 @@ module Probe (Pk : Rig_edge.Package) = struct
   (* ------------------------------------------------------------ SIG-3 *)
 
   (* While a sleep blocks on an idle device (the word unmoved), another
-     OCaml thread must run.  It counts its turns and notes each pause of its
-     own longer than a few ms; the probe compares what it got while sleeps
-     were in flight with what it gets while this thread waits in
-     Thread.delay (which releases the runtime), just before and just after,
-     as long each time.  A wait that keeps the runtime shows in either of
-     two ways:
+     OCaml thread must run.  That thread, the counter, loops on
+     Thread.yield; the probe compares what it got while sleeps were in
+     flight with what it gets while this thread waits in Thread.delay
+     (which releases the runtime), just before and just after, as long
+     each time.
+
+     First measure: the time the counter waited for the runtime.  The
+     kernel accounts each thread's time it ran and the time it waited,
+     runnable, for a CPU (/proc/<pid>/task/<tid>/schedstat); the rest of
+     the wall time the thread slept, and the counter sleeps only while it
+     waits for the runtime.  What other threads of the process (the
+     driver's helpers, the runtime's tick) ran or waited for a CPU meanwhile
+     is taken off: an OCaml helper that runs holds the runtime as of right
+     (a C thread that runs is taken off too, which can only hide a kept
+     runtime, never show one).  Load does not move that figure: under a
+     dozen busy processes on two cores a conforming sleep's counter slept
+     0-4 ms of some 270, where it waited for a CPU most of the time (a
+     sleeping thread that holds the runtime for a moment between two waits
+     is seldom descheduled in that moment).  So this one stands alone
+     where the kernel keeps these figures.  A wait keeps the runtime
+     when that held time is 15% of the sleeps' time beyond what the free
+     waits show, or at least 10 ms and half of one sleep beyond it (a wait
+     that keeps it for one call in three, or for long sleeps only).
+
+     Without those figures, two proxies, both bent by load:
      - the rate of turns: under a quarter of the free rate.  A wait that
        releases the runtime only between slices of a blocking step that
        keeps it lets the thread in at each hand-over: a few per cent;
      - the longest pause inside one sleep: at least 10 ms and twice the
        longest in the free waits (on a loaded machine the thread is
-       descheduled for some 16 ms now and then, in either).  A wait that keeps the runtime for part of
-       a call (its second half, its short calls only, one call in three)
-       leaves the rate high but the thread stopped that long.
+       descheduled for some 16 ms now and then, in either).  A wait that
+       keeps the runtime for part of a call (its second half, its short
+       calls only, one call in three) leaves the rate high but the thread
+       stopped that long.
+
      The sleeps ask for varied still_ms (100, 15, 40, 20, 60, again), so
      that a wait that keeps the runtime only for some lengths or some calls
      is met, until 250 ms were spent inside sleeps ("it may return
      earlier": a sleep that returns early is asked again, and a driver
-     whose sleeps last 1 ms is judged on as much blocked time).  Load bends
-     single measures both ways: it can starve the thread for a while (a
-     released runtime looks kept), and it can deschedule the sleeping
-     thread in the instant its wait hands the runtime over, so that the
-     thread turns for a whole time slice inside a kept wait (a kept runtime
-     looks released).  So the measures vote: a kept runtime is reported
-     when three show it before two show a released one (at most four
-     measures); a measure at twice the kept share or more, with no pause of
-     10 ms within a sleep, counts as two. *)
+     whose sleeps last 1 ms is judged on as much blocked time).  The
+     measures vote: a kept runtime is reported when three show it before
+     two show a released one (at most four measures); a measure that shows
+     a plainly released runtime counts as two. *)
   let blocked_goal_ms = 250.
   let still_cycle = [| 100; 15; 40; 20; 60 |]
   let max_sleeps = 400
@@ -388,10 +404,22 @@ module Probe (Pk : Rig_edge.Package) = struct
   let kept_votes = 3
   let released_votes = 2
 
+  (* Held time beyond the free waits' share: of all sleeps, of one. *)
+  let held_share = 0.15
+  let held_share_one = 0.5
+  let held_floor_ms = 10.
+  let held_plain_share = 0.05
+
   (* Pauses of the other thread are noted from this length on. *)
   let pause_note_ms = 3.
   let pause_floor_ms = 10.
   let pause_over_free = 2.
+
+  type held = {
+    in_sleeps : float;  (** ms the runtime was held over all sleeps *)
+    free_share : float;  (** share of the free waits it was held *)
+    worst : float * float * int;  (** the sleep held most beyond free_share: held ms, its length, its still_ms *)
+  }
 
   type sig3_measure = {
     calls : int;
@@ -400,9 +428,56 @@ module Probe (Pk : Rig_edge.Package) = struct
     free_rate : float;
     pause_in_sleep : float * int;  (** the longest pause within one sleep, and that sleep's still_ms *)
     pause_free : float;  (** the longest pause within a free wait *)
+    held : held option;  (** None where the kernel's figures cannot be read *)
   }
 
   let now_ms () = Unix.gettimeofday () *. 1000.
+
+  (* The calling thread's id, from /proc/thread-self ("pid/task/tid"). *)
+  let own_tid () =
+    match Unix.readlink "/proc/thread-self" with
+    | exception Unix.Unix_error _ -> None
+    | p -> Option.bind (String.rindex_opt p '/') (fun i -> int_of_string_opt (String.sub p (i + 1) (String.length p - i - 1)))
+
+  (* ms a thread of the process ran and ms it waited for a CPU, so far *)
+  let sched_times tid =
+    match open_in (spf "/proc/self/task/%d/schedstat" tid) with
+    | exception Sys_error _ -> None
+    | ic ->
+        let l = In_channel.input_line ic in
+        close_in ic;
+        Option.bind l (fun l ->
+            try Scanf.sscanf l "%Ld %Ld" (fun r q -> Some (Int64.to_float r /. 1e6, Int64.to_float q /. 1e6))
+            with Scanf.Scan_failure _ | Failure _ | End_of_file -> None)
+
+  (* What one window's ends show of the runtime held by the sleeping
+     thread: the time the counter slept, less the time every other thread
+     (neither the counter nor the sleeper) ran or waited for a CPU, since
+     a thread of the driver that runs OCaml code holds the runtime as of
+     right.  The kernel brings a running thread's figure up to date at its
+     ticks, so a window can be off by a tick either way. *)
+  type mark = { at : float; counter : (float * float) option; others : (int * float) list }
+
+  let mark ~counter ~sleeper =
+    let others =
+      List.filter_map
+        (fun tid ->
+          if tid = counter || tid = sleeper then None
+          else Option.map (fun (r, q) -> (tid, r +. q)) (sched_times tid))
+        (read_tasks ())
+    in
+    { at = now_ms (); counter = sched_times counter; others }
+
+  let held_between a b =
+    match (a.counter, b.counter) with
+    | Some (r0, q0), Some (r1, q1) ->
+        let others_busy =
+          List.fold_left
+            (fun s (tid, t1) -> s +. t1 -. Option.value (List.assoc_opt tid a.others) ~default:0.)
+            0. b.others
+        in
+        Some (b.at -. a.at -. (r1 -. r0) -. (q1 -. q0) -. others_busy)
+    | _ -> None
 
   (* The longest part of a pause (from, to) within one window (from, to). *)
   let longest_within pauses windows =
@@ -415,53 +490,93 @@ module Probe (Pk : Rig_edge.Package) = struct
           best pauses)
       (0., 0) windows
 
-  let sig3_measure d ~turns ~pauses =
+  let sig3_measure d ~turns ~pauses ~tids =
+    let mark () =
+      match tids with
+      | Some (counter, sleeper) -> mark ~counter ~sleeper
+      | None -> { at = now_ms (); counter = None; others = [] }
+    in
     (* As long as the sleeps' window, so that the load of the machine
        weighs on both alike.  Sleeps that overstay their still_ms by far
        (one 3-s sleep) make that window many times the goal, and a longer
        window meets longer pauses of a loaded machine: then the second free
        wait lasts as long (up to a bound). *)
     let free_wait ms =
-      let before = Atomic.get turns and t0 = now_ms () in
+      let before = Atomic.get turns and m0 = mark () in
       Thread.delay (ms /. 1000.);
-      let t1 = now_ms () in
-      (float (Atomic.get turns - before) /. (t1 -. t0), (t0, t1, 0))
+      let m1 = mark () in
+      (float (Atomic.get turns - before) /. (m1.at -. m0.at), (m0.at, m1.at, 0), (held_between m0 m1, m1.at -. m0.at))
     in
     let w = D.signaled d in
-    let rec sleeps ~calls ~blocked_ms ~inside ~windows =
-      if blocked_ms >= blocked_goal_ms || calls >= max_sleeps then (calls, blocked_ms, inside, windows)
+    (* The sleeps' total is taken from the first mark to the last: one
+       tick off at most, where a sum over hundreds of 1-ms sleeps would add
+       hundreds of errors.  The moments between sleeps add a few us each. *)
+    let first_mark = ref None and last_mark = ref None in
+    let rec sleeps ~calls ~blocked_ms ~inside ~windows ~helds =
+      if blocked_ms >= blocked_goal_ms || calls >= max_sleeps then (calls, blocked_ms, inside, windows, helds)
       else
         let still_ms = still_cycle.(calls mod Array.length still_cycle) in
-        let before = Atomic.get turns and t0 = now_ms () in
+        let before = Atomic.get turns and m0 = mark () in
+        if !first_mark = None then first_mark := Some m0;
         match P.masked (fun () -> D.sleep d ~seen:w ~still_ms) with
         | () ->
-            let t1 = now_ms () in
-            sleeps ~calls:(calls + 1) ~blocked_ms:(blocked_ms +. t1 -. t0) ~inside:(inside + Atomic.get turns - before)
-              ~windows:((t0, t1, still_ms) :: windows)
+            let m1 = mark () in
+            last_mark := Some m1;
+            sleeps ~calls:(calls + 1) ~blocked_ms:(blocked_ms +. m1.at -. m0.at) ~inside:(inside + Atomic.get turns - before)
+              ~windows:((m0.at, m1.at, still_ms) :: windows)
+              ~helds:((held_between m0 m1, m1.at -. m0.at, still_ms) :: helds)
         | exception e -> raise (Skip (spf "sleep on an idle device raised %s" (Printexc.to_string e)))
     in
-    let r0, f0 = free_wait blocked_goal_ms in
-    let calls, blocked_ms, inside, windows = sleeps ~calls:0 ~blocked_ms:0. ~inside:0 ~windows:[] in
-    let r1, f1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
+    let r0, f0, h0 = free_wait blocked_goal_ms in
+    let calls, blocked_ms, inside, windows, helds = sleeps ~calls:0 ~blocked_ms:0. ~inside:0 ~windows:[] ~helds:[] in
+    let held_in_sleeps =
+      match (!first_mark, !last_mark) with Some a, Some b -> held_between a b | _ -> None
+    in
+    let r1, f1, h1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
+    let held =
+      let all_known = List.for_all (fun (h, _, _) -> h <> None) helds in
+      match (h0, h1, held_in_sleeps) with
+      | (Some a, la), (Some b, lb), Some total when all_known && helds <> [] ->
+          let free_share = Float.max 0. ((a +. b) /. (la +. lb)) in
+          let held_of (h, _, _) = Option.value h ~default:0. in
+          let beyond (h, l, _) = held_of (h, l, 0) -. (free_share *. l) in
+          let worst = List.fold_left (fun b x -> if beyond x > beyond b then x else b) (List.hd helds) (List.tl helds) in
+          let wh, wl, ws = worst in
+          Some { in_sleeps = Float.max 0. total; free_share; worst = (Float.max 0. (Option.value wh ~default:0.), wl, ws) }
+      | _ -> None
+    in
     let noted = Atomic.get pauses in
     { calls; blocked_ms; inside; free_rate = (r0 +. r1) /. 2.;
-      pause_in_sleep = longest_within noted windows; pause_free = fst (longest_within noted [ f0; f1 ]) }
+      pause_in_sleep = longest_within noted windows; pause_free = fst (longest_within noted [ f0; f1 ]); held }
+
+  let kept_held m h =
+    let wh, wl, _ = h.worst in
+    (h.in_sleeps >= held_floor_ms && h.in_sleeps >= (h.free_share +. held_share) *. m.blocked_ms)
+    || (wh >= held_floor_ms && wh >= (h.free_share +. held_share_one) *. wl)
 
   let kept_rate m = float m.inside /. m.blocked_ms < kept_share *. m.free_rate
   let kept_pause m = fst m.pause_in_sleep >= Float.max pause_floor_ms (pause_over_free *. m.pause_free)
-  let kept m = kept_rate m || kept_pause m
+
+  let kept m =
+    match m.held with Some h -> kept_held m h | None -> kept_rate m || kept_pause m
 
   (* At twice the kept share a runtime is plainly released: one such
      measure is the whole vote, so a conforming wait costs one measure. *)
   let clearly_released m =
-    float m.inside /. m.blocked_ms >= 2. *. kept_share *. m.free_rate && fst m.pause_in_sleep < pause_floor_ms
+    match m.held with
+    | Some h -> h.in_sleeps < (h.free_share +. held_plain_share) *. m.blocked_ms
+    | None -> float m.inside /. m.blocked_ms >= 2. *. kept_share *. m.free_rate && fst m.pause_in_sleep < pause_floor_ms
 
   let sig3 ~seed:_ =
     let d = P.masked (first ()).make in
     let running = Atomic.make true and turns = Atomic.make 0 and pauses = Atomic.make [] in
+    (* The counter says its thread id before its first turn: Some None
+       where it cannot be read. *)
+    let counter_tid = Atomic.make None in
     let t =
       Thread.create
         (fun () ->
+          Atomic.set counter_tid (Some (own_tid ()));
           let last = ref (now_ms ()) in
           while Atomic.get running do
             let t = now_ms () in
@@ -472,12 +587,22 @@ module Probe (Pk : Rig_edge.Package) = struct
           done)
         ()
     in
+    while Atomic.get counter_tid = None do
+      Thread.yield ()
+    done;
+    let tids =
+      match (Option.join (Atomic.get counter_tid), own_tid ()) with
+      | Some c, Some s when Sys.getenv_opt "RIG_CONFORM_SIG3_PROXIES" <> Some "1" && sched_times c <> None -> Some (c, s)
+      | _ -> None
+    in
     (* A measure without blocked time, or taken while the thread was
-       starved, ends the vote: the verdict below skips on it. *)
-    let judgeable m = m.blocked_ms >= 0.5 *. float m.calls && m.free_rate *. blocked_goal_ms >= 20. in
+       starved (where only the proxies judge), ends the vote: the verdict
+       below skips on it. *)
+    let starved m = m.held = None && m.free_rate *. blocked_goal_ms < 20. in
+    let judgeable m = m.blocked_ms >= 0.5 *. float m.calls && not (starved m) in
     let rec measure ~kept_n ~released_n =
       Atomic.set pauses [];
-      let m = sig3_measure d ~turns ~pauses in
+      let m = sig3_measure d ~turns ~pauses ~tids in
       if not (judgeable m) then (kept_n, released_n, m)
       else
         let kept_n, released_n =
@@ -497,16 +622,26 @@ module Probe (Pk : Rig_edge.Package) = struct
     | Ok (_, _, m) when m.blocked_ms < 0.5 *. float m.calls ->
         (* sleeps that do not block have no blocking step to judge *)
         raise (Skip (spf "%d sleep(s) on the idle word returned in %.2f ms together, without blocking: no wait to judge" m.calls m.blocked_ms))
-    | Ok (_, _, m) when m.free_rate *. blocked_goal_ms < 20. ->
+    | Ok (_, _, m) when starved m ->
         raise (Skip (spf "another OCaml thread turned only %.3f times a ms while the probe waited in Thread.delay: the runtime is too busy to judge a wait by" m.free_rate))
     | Ok (kept_n, released_n, m) when kept_n >= kept_votes ->
         let shown =
-          if kept_rate m then
-            spf "another OCaml thread got %d turn(s), %.2f a ms, under %.0f%% of the %.0f a ms it gets while the probe waits in Thread.delay" m.inside
-              (float m.inside /. m.blocked_ms) (100. *. kept_share) m.free_rate
-          else
-            spf "another OCaml thread did not run for %.0f ms on end within one sleep of still_ms %d, where its longest pause while the probe waits in Thread.delay is %.1f ms"
-              (fst m.pause_in_sleep) (snd m.pause_in_sleep) m.pause_free
+          match m.held with
+          | Some h ->
+              let wh, wl, ws = h.worst in
+              if h.in_sleeps >= held_floor_ms && h.in_sleeps >= (h.free_share +. held_share) *. m.blocked_ms then
+                spf "another OCaml thread waited for the runtime %.0f ms of the sleeps' %.0f ms (the time it neither ran nor waited for a CPU, less what the process's other threads ran), against %.0f%% of the time while the probe waits in Thread.delay"
+                  h.in_sleeps m.blocked_ms (100. *. h.free_share)
+              else
+                spf "another OCaml thread waited for the runtime %.0f ms of one %.0f-ms sleep of still_ms %d (the time it neither ran nor waited for a CPU, less what the process's other threads ran), against %.0f%% of the time while the probe waits in Thread.delay"
+                  wh wl ws (100. *. h.free_share)
+          | None ->
+              if kept_rate m then
+                spf "another OCaml thread got %d turn(s), %.2f a ms, under %.0f%% of the %.0f a ms it gets while the probe waits in Thread.delay" m.inside
+                  (float m.inside /. m.blocked_ms) (100. *. kept_share) m.free_rate
+              else
+                spf "another OCaml thread did not run for %.0f ms on end within one sleep of still_ms %d, where its longest pause while the probe waits in Thread.delay is %.1f ms"
+                  (fst m.pause_in_sleep) (snd m.pause_in_sleep) m.pause_free
         in
         [ finding "SIG-3" "while sleep blocked (%d call(s), %.0f ms in all, the word unmoved), %s (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime" m.calls m.blocked_ms shown kept_n (kept_n + released_n) ]
     | Ok _ -> []

@@ -13,7 +13,11 @@
       until the mask opens; its OCaml handler must run only inside a wait
       ({!Rig_edge_primitives.in_wait}) or once the call has returned.
     - [probe.SIG-3.wait-releases-runtime]: while [sleep] blocks on an idle
-      device (still_ms 200), another OCaml thread must get to run.
+      device (still_ms 15 to 100), another OCaml thread must get to run.
+      It is judged on the time that thread waited for the runtime, from
+      the kernel's per-thread figures (schedstat), where they can be read;
+      elsewhere, or with RIG_CONFORM_SIG3_PROXIES=1 (for the tests of that
+      path), on its turns and pauses against a free wait's.
     - [probe.SIG-8.driver-threads-blocked]: every thread that appears in
       /proc/self/task while the devices open and run work must block (its
       SigBlk) every signal rig_mask blocks.
