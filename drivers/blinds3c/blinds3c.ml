@@ -47,8 +47,9 @@
                           | Thread.yield from open to stop                                |            |  and the document bounds no thread's OCaml work
    s3c-early-often        | each call waits at most 1 ms (releasing), then returns        | conforming | "It may return earlier, on ... a timer of the driver's own,
                           |                                                               |            |  since rig reads the word again ... and sleeps again"
-   s3c-tiny-waits         | one call makes many 1-ms waits, each Prim.wait around         | conforming | each wait's step is hostmem's blocking stub; the OCaml code
-                          | hostmem's blocking stub, until word/fault/deadline            |            |  between waits is no blocking step
+   s3c-tiny-waits         | one call makes many 1-ms waits, each Prim.wait around         | conforming | each wait's step is a blocking stub (hostmem's, ours for the
+                          | hostmem's blocking stub (the last < 1 ms with ours), until    |            |  last fraction); the OCaml code between waits is no blocking
+                          | word/fault/deadline                                           |            |  step
    s3c-sliced-cwait       | one Prim.wait whose C step blocks in 5-ms slices, each in a   | conforming | the step releases the runtime while it blocks; it takes it
                           | blocking section of its own                                   |            |  back between slices only to release it again
    s3c-cthread-burn       | hostmem's sleep; a C thread of the driver (signals blocked)   | conforming | the thread never holds the OCaml runtime; the wait is a
@@ -543,9 +544,12 @@ module Tiny_waits = struct
 
   include No_ext
 
+  (* Whole milliseconds with hostmem's own stub, the last fraction with
+     ours: a call with still_ms = 1 still blocks (TIME-4's "blocks until"). *)
   let wait c () ~seen ~deadline =
-    while unmoved c seen && deadline - now_ns () >= ms do
-      Prim.wait (fun () -> c_wait c seen 1)
+    while unmoved c seen && now_ns () < deadline do
+      if deadline - now_ns () >= ms then Prim.wait (fun () -> c_wait c seen 1)
+      else Prim.wait (fun () -> wait_rel c seen deadline)
     done
 end
 
