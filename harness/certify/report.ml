@@ -52,14 +52,18 @@ let rec against (c : Catalog.clause) (r : Runner.result) =
       Some
         (Printf.sprintf "case %s did not end within %.0f s%s and was killed" r.job.case.name limit
            (match running with Some w -> " (" ^ w ^ ")" | None -> ""))
-  | Hung { fn; seconds; inside } when hang_fails ?inside c r fn ->
+  | Hung { fn; seconds; inside; deadlock } when hang_fails ?inside c r fn ->
+      let hung =
+        if deadlock then Printf.sprintf "deadlocked (after %.1f s its thread waited for good on a mutex: a chain of owners that comes back on itself)" seconds
+        else Printf.sprintf "did not return within %.0f s" seconds
+      in
       Some
         (match inside with
         | Some outer when clause_of_hang ~inside:outer r.job.case fn = Some "LOCK-3" ->
             Printf.sprintf
-              "%s, called inside %s at an allocation with rig_holds () = 0, did not return within %.0f s (case %s, seed %d): the thread held a lock of the driver's there it had not counted (a C mutex waits for its owner for good)"
-              fn outer seconds r.job.case.name r.job.seed
-        | _ -> Printf.sprintf "%s did not return within %.0f s (case %s, seed %d)" fn seconds r.job.case.name r.job.seed)
+              "%s, called inside %s at an allocation with rig_holds () = 0, %s (case %s, seed %d): the thread held a lock of the driver's there it had not counted (a C mutex waits for its owner for good)"
+              fn outer hung r.job.case.name r.job.seed
+        | _ -> Printf.sprintf "%s %s (case %s, seed %d)" fn hung r.job.case.name r.job.seed)
   | Blocked { fn; first } when clause_of_hang r.job.case fn = Some c.id ->
       (* cut short for a hang of fn seen before: a hang of the call this
          clause bounds is this clause's, wherever it came first (a sweep's

@@ -19,7 +19,7 @@ type outcome =
   | Not_applicable of string
   | Crashed of string
   | Timed_out of { limit : float; running : string option; stuck : (string * float) option }
-  | Hung of { fn : string; seconds : float; inside : string option }
+  | Hung of { fn : string; seconds : float; inside : string option; deadlock : bool }
   | Blocked of { fn : string; first : string }
   | Crashed_once of { how : string; again : outcome }
 
@@ -206,30 +206,42 @@ type running = {
 let call_limit = function "sleep" | "stop" | "signaled" | "locate" | "peer" -> 5. | _ -> 30.
 let known_hang_limit = 1.
 
+(* A call in flight this long is looked at for a deadlock (Lock_wait): a
+   certain one ends the run there, where the bound would wait on. *)
+let deadlock_after = 0.5
+
 (* The functions that hung, per driver (plugins) and mutant: "case C, seed
    S" of the run where each hung first (a run of its own: a batch's hang
    marks nothing, its point runs again alone). *)
 let hangs : (string * string list * string option * string, string) Hashtbl.t = Hashtbl.create 8
 let hang_key j fn = (j.driver, j.plugins, j.mutant, fn)
 
-let overstayed_call ?(known = fun _ -> None) threads =
+let overstayed_call ?(known = fun _ -> None) ?(deadlocked = fun _ -> false) threads =
   (* Innermost first: a call made from a callback inside another on the
      same thread is the one that hangs; the outer one only waits for it. *)
-  let rec innermost = function
+  let rec innermost tid = function
     | [] -> None
     | (fn, s) :: outer -> (
         let inside = match outer with (o, _) :: _ -> Some o | [] -> None in
         match known fn with
         | Some first when s > known_hang_limit -> Some (`Blocked (fn, first))
-        | _ -> if s > call_limit fn then Some (`Hung (fn, s, inside)) else innermost outer)
+        | _ ->
+            if s > call_limit fn then Some (`Hung (fn, s, inside, false))
+            else if s > deadlock_after && deadlocked tid then Some (`Hung (fn, s, inside, true))
+            else innermost tid outer)
   in
-  List.find_map (fun (_, calls) -> innermost (List.rev calls)) threads
+  List.find_map (fun (tid, calls) -> innermost tid (List.rev calls)) threads
 
 (* Whether a call in flight has overstayed: [Some outcome] to end the run. *)
 let overstayed j c =
-  match overstayed_call ~known:(fun fn -> Hashtbl.find_opt hangs (hang_key j fn)) (Child_process.in_flight c) with
+  let pid = Child_process.pid c in
+  match
+    overstayed_call
+      ~known:(fun fn -> Hashtbl.find_opt hangs (hang_key j fn))
+      ~deadlocked:(Lock_wait.forever ~pid) (Child_process.in_flight c)
+  with
   | Some (`Blocked (fn, first)) -> Some (Blocked { fn; first })
-  | Some (`Hung (fn, seconds, inside)) -> Some (Hung { fn; seconds; inside })
+  | Some (`Hung (fn, seconds, inside, deadlock)) -> Some (Hung { fn; seconds; inside; deadlock })
   | None -> None
 
 (* Every child started, so that a stop signal one of them (or what it

@@ -25,11 +25,13 @@ type outcome =
       (** killed at its limit (seconds); [running]: the driver calls in
           flight then, in words; [stuck]: the one in flight the longest, and
           for how many seconds *)
-  | Hung of { fn : string; seconds : float; inside : string option }
+  | Hung of { fn : string; seconds : float; inside : string option; deadlock : bool }
       (** killed when the driver call [fn] had been in flight [seconds]: past
-          {!call_limit}, longer than any call of a conforming driver takes;
-          [inside]: the driver call on the same thread that [fn] was called
-          from (by a probe's callback inside it), if any *)
+          {!call_limit}, longer than any call of a conforming driver takes,
+          or, [deadlock], earlier, once its thread was seen waiting for good
+          on a mutex ({!Lock_wait.forever}); [inside]: the driver call on
+          the same thread that [fn] was called from (by a probe's callback
+          inside it), if any *)
   | Blocked of { fn : string; first : string }
       (** killed when [fn], which had already hung in the run [first] ("case
           C, seed S"), had been in flight past {!known_hang_limit}: the case
@@ -127,14 +129,16 @@ val known_hang_limit : float
 
 (** The call in flight (per thread, outermost first, as
     {!Call_trace.in_flight} gives them) that has overstayed, innermost
-    first: [`Hung (fn, seconds, inside)] past its {!call_limit} ([inside]:
-    the call it was made from), or [`Blocked (fn, first)] past
-    {!known_hang_limit} for a function [known] says hung before (first:
-    where). *)
+    first: [`Hung (fn, seconds, inside, false)] past its {!call_limit}
+    ([inside]: the call it was made from), [`Hung (fn, seconds, inside,
+    true)] once [deadlocked] says its thread (tid) waits for good, or
+    [`Blocked (fn, first)] past {!known_hang_limit} for a function [known]
+    says hung before (first: where). *)
 val overstayed_call :
   ?known:(string -> string option) ->
+  ?deadlocked:(int -> bool) ->
   (int * (string * float) list) list ->
-  [ `Hung of string * float * string option | `Blocked of string * string ] option
+  [ `Hung of string * float * string option * bool | `Blocked of string * string ] option
 
 (** [is_ours pid]: a child the runner started (a stop signal it sends is
     not a person's). *)

@@ -18,7 +18,7 @@ let watch (case : Case.t) pid page ended =
     match Unix.waitpid [ Unix.WNOHANG ] pid with
     | exception Unix.Unix_error (Unix.EINTR, _, _) -> loop ()
     | 0, _ -> (
-        match Runner.overstayed_call (Call_trace.in_flight page) with
+        match Runner.overstayed_call ~deadlocked:(Lock_wait.forever ~pid) (Call_trace.in_flight page) with
         | None | Some (`Blocked _) ->
             (if not !open_ then Unix.sleepf 0.01
              else
@@ -27,13 +27,16 @@ let watch (case : Case.t) pid page ended =
                | _ -> ( try if Unix.read ended (Bytes.create 1) 0 1 = 0 then open_ := false with Unix.Unix_error _ -> open_ := false)
                | exception Unix.Unix_error (Unix.EINTR, _, _) -> ());
             loop ()
-        | Some (`Hung (fn, s, inside)) ->
+        | Some (`Hung (fn, s, inside, deadlock)) ->
             kill ();
             ignore (reap pid);
             let clause = match Report.clause_of_hang ?inside case fn with Some c -> c | None -> String.concat "," case.clauses in
             Printf.printf "HUNG\t%s\t%.0f\t%s\n%!" fn s clause;
-            Printf.eprintf "%s: the driver's %s%s did not return within %.0f s (a hang there is %s's); the case was killed\n%!" me fn
-              (match inside with Some o -> " (called inside " ^ o ^ ")" | None -> "") s clause;
+            let inside = match inside with Some o -> " (called inside " ^ o ^ ")" | None -> "" in
+            if deadlock then
+              Printf.eprintf "%s: the driver's %s%s deadlocked: after %.1f s its thread waited for good on a mutex (a chain of owners that comes back on itself; a hang there is %s's); the case was killed\n%!" me fn inside s clause
+            else
+              Printf.eprintf "%s: the driver's %s%s did not return within %.0f s (a hang there is %s's); the case was killed\n%!" me fn inside s clause;
             exit 1)
     | _, Unix.WEXITED n -> exit n
     | _, Unix.WSIGNALED n ->
