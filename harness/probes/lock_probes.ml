@@ -371,8 +371,13 @@ module Probe (Pk : Rig_edge.Package) = struct
      dozen busy processes on two cores a conforming sleep's counter slept
      0-4 ms of some 270, where it waited for a CPU most of the time (a
      sleeping thread that holds the runtime for a moment between two waits
-     is seldom descheduled in that moment).  So this one stands alone
-     where the kernel keeps these figures.  A wait keeps the runtime
+     is seldom descheduled in that moment).  Only the part of it that
+     falls in the counter's own pauses of 1 ms or more counts: a runtime
+     handed to and fro with a busy helper of the driver thousands of times
+     leaves some tens of us per hand-over in which neither thread runs
+     (the wake-up), 70 ms in 260 (s3c-helper-busy-in-sleep), and no such
+     pause.  So this one stands alone where the kernel keeps these
+     figures.  A wait keeps the runtime
      when that held time is 15% of the sleeps' time beyond what the free
      waits show, or at least 10 ms and half of one sleep beyond it (a wait
      that keeps it for one call in three, or for long sleeps only).
@@ -411,7 +416,7 @@ module Probe (Pk : Rig_edge.Package) = struct
   let held_plain_share = 0.05
 
   (* Pauses of the other thread are noted from this length on. *)
-  let pause_note_ms = 3.
+  let pause_note_ms = 1.
   let pause_floor_ms = 10.
   let pause_over_free = 2.
 
@@ -533,6 +538,19 @@ module Probe (Pk : Rig_edge.Package) = struct
       match (!first_mark, !last_mark) with Some a, Some b -> held_between a b | _ -> None
     in
     let r1, f1, h1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
+    let noted = Atomic.get pauses in
+    (* Held time counts only where the counter stood still for a pause of
+       its own (1 ms or more): a runtime handed to and fro between the
+       counter and a helper of the driver thousands of times (each
+       hand-over a wake-up, some tens of us in which neither runs) leaves
+       no such pause. *)
+    let paused (w0, w1) = List.fold_left (fun s (p0, p1) -> s +. Float.max 0. (Float.min p1 w1 -. Float.max p0 w0)) 0. noted in
+    let in_pauses held window = Option.map (fun h -> Float.min h (paused window)) held in
+    let helds = List.map2 (fun (h, l, still) (w0, w1, _) -> (in_pauses h (w0, w1), l, still)) helds windows in
+    let held_in_sleeps =
+      Option.map (fun h -> Float.min h (List.fold_left (fun s (w0, w1, _) -> s +. paused (w0, w1)) 0. windows)) held_in_sleeps
+    in
+    let h0 = (in_pauses (fst h0) (let a, b, _ = f0 in (a, b)), snd h0) and h1 = (in_pauses (fst h1) (let a, b, _ = f1 in (a, b)), snd h1) in
     let held =
       let all_known = List.for_all (fun (h, _, _) -> h <> None) helds in
       match (h0, h1, held_in_sleeps) with
@@ -545,7 +563,6 @@ module Probe (Pk : Rig_edge.Package) = struct
           Some { in_sleeps = Float.max 0. total; free_share; worst = (Float.max 0. (Option.value wh ~default:0.), wl, ws) }
       | _ -> None
     in
-    let noted = Atomic.get pauses in
     { calls; blocked_ms; inside; free_rate = (r0 +. r1) /. 2.;
       pause_in_sleep = longest_within noted windows; pause_free = fst (longest_within noted [ f0; f1 ]); held }
 
