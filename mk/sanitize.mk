@@ -61,6 +61,7 @@ asan-c: fuzz-regress $(SAN_OUT)/room_grow_asan
 
 asan-ocaml: build
 	dune build --workspace fuzz/asan.workspace ./drivers/fake/test/fake_test.exe ./harness/certify/main.exe 2>&1
+	@mkdir -p $(SAN_OUT)
 	@echo "== asan: the fake's smoke test (_build/asan)"
 	@$(SAN_ENV) ./_build/asan/drivers/fake/test/fake_test.exe > $(SAN_OUT)/asan-fake-test.log 2>&1 || \
 	  { tail -30 $(SAN_OUT)/asan-fake-test.log; exit 1; }
