@@ -405,19 +405,26 @@ type fimage = {
   hi : H.image;
   mu : Prim.Lock.t;
   cv : Condition.t;
-  mutable busy : bool;
+  wake : unit -> unit;  (* made with the image: waking waiters allocates nothing *)
+  mutable busy : bool;  (* the compile lock: true while taken *)
   mutable holder : string;
 }
 
 let fimage d b =
   match H.image d.hm b with
   | Error e -> Error e
-  | Ok hi -> Ok { hi; mu = Prim.Lock.create "sg-flag.image"; cv = Condition.create (); busy = false; holder = "" }
+  | Ok hi ->
+      let cv = Condition.create () in
+      Ok { hi; mu = Prim.Lock.create "sg-flag.image"; cv; wake = (fun () -> Condition.broadcast cv); busy = false; holder = "" }
 
+(* The give is its first step, a store: no allocation or call before it;
+   then the uncount (Prim.give), then the waiters are woken, under the
+   primitive lock so that none misses the store.  An exception that ends
+   the wake leaves the lock given back and uncounted. *)
 let release i =
-  Prim.Lock.protect i.mu (fun () ->
-      i.busy <- false;
-      Condition.broadcast i.cv)
+  i.busy <- false;
+  Prim.give ();
+  Prim.Lock.protect i.mu i.wake
 
 (* Conforming: the handler is in place before the take; the take (busy)
    and its mark (taken) are two stores with nothing between them. *)
@@ -435,11 +442,9 @@ let with_flag i f =
   with
   | v ->
       release i;
-      Prim.give ();
       v
   | exception e ->
-      if !taken then release i;
-      Prim.give ();
+      if !taken then release i else Prim.give ();
       raise e
 
 (* ASYNC-2: the take, then an allocation (the holder's name), then the
@@ -461,11 +466,9 @@ let with_flag_late i f =
   match f () with
   | v ->
       release i;
-      Prim.give ();
       v
   | exception e ->
       release i;
-      Prim.give ();
       raise e
 
 module Flag_driver (X : sig
@@ -653,7 +656,7 @@ module Helper_thread = struct
   let kit = Hostmem.kit
 
   (* The library's own: takes no lock, checks nothing. *)
-  let heartbeat (d : dev) = Atomic.get d.heartbeat
+  let heartbeats () = List.map (fun d -> Atomic.get d.heartbeat) (live reg)
   let beats () = Atomic.get beats
 end
 
