@@ -29,9 +29,12 @@
                           | way (its mask is right, its means are not)         |             |
    sg-flag-late-handler   | entry and unload serialise on a per-image compile  | BREAKS      | "A driver must therefore take each lock it holds
                           | lock (a busy flag under a primitive lock, counted  | ASYNC-2     | while OCaml code runs immediately before the handler
-                          | with Prim.hold/give); after taking it, entry       |             | that gives it back, with no allocation or call in
-                          | formats a "holder" string (allocation) and only    |             | between"
-                          | then enters the handler that gives it back         |             |
+                          | with Prim.hold/give); the flag is set inside       |             | that gives it back, with no allocation or call in
+                          | Prim.Lock.protect, and after that call returns     |             | between"
+                          | entry formats a "holder" string (allocation) and   |             |
+                          | only then enters the handler that gives it back:   |             |
+                          | an exception in that stretch leaves the flag set   |             |
+                          | for good (and, past the return, the count up)      |             |
    sg-locked-signaled     | signaled takes the device's stats lock (a          | BREAKS      | "Driver.locate, Driver.peer and Driver.signaled check
                           | Prim.Lock) to count the reads of the word          | LOCK-5      | nothing and must take no lock"
    sg-tls-place-cache     | locate keeps a one-entry cache per thread (region, | BREAKS      | "A function that takes no lock may be called from a
@@ -61,8 +64,9 @@
                           | lock as sg-flag-late-handler, but the handler is   |             | with no allocation or call in between, and must give
                           | in place before the take, which sets the busy flag |             | it back first in both the return and the raise, as
                           | and a "taken" mark with no allocation or call      |             | Mutex.protect does": no point where the lock is held
-                          | between them; the handler gives the flag back iff  |             | without the handler; counted "through
-                          | taken, first, then uncounts it                     |             | Rig_edge_primitives" (Prim.hold/give, Prim.Lock)
+                          | between them; on both paths the give (a store) is  |             | without the handler; counted "through
+                          | first, then the uncount, then the waiters' wake-up |             | Rig_edge_primitives" (Prim.hold/give, Prim.Lock)
+                          | (a closure made with the image: no allocation)     |             |
 
    Why each broken driver breaks only its clause:
    - sg-split-mask's make still checks rig_holds () first, changes nothing
@@ -161,7 +165,26 @@
       stop is unknown; the finalisers only read the device (busy, word)
       and sleep on it, never stop or free anything, since a device rig
       dropped may still have work or mappings of another device over its
-      memory. *)
+      memory.
+  13. sg-sigmask-direct's make ends with Thread.sigmask SIG_SETMASK, whose
+      result (the mask it replaced, as a list) is allocated once the
+      caller's mask is back: some 50 allocations with signals open after
+      the last blocked one.  spec/decisions.md does not judge what comes
+      after the last blocked allocation ("boxes its result after it"), and
+      those allocations are the SIG-9 means themselves (the mask is not the
+      one the primitives left: "A mask the primitives did not set is
+      SIG-9, not SIG-6").  Decided: SIG-9 only.
+  14. A lock counted from before the take (Prim.hold) while the thread
+      still waits for it (Prim.Lock.await in the compile lock's take):
+      LOCK-3 says "from before the take", so counting during the wait for
+      it is what it asks.
+  15. The compile lock's wake-up of waiters after the give: an exception
+      there (only an allocation callback's can come, signals being masked)
+      leaves the lock given back and uncounted, but may leave a waiter
+      asleep until the next give.  Decided that ASYNC-2 asks for the give
+      and the uncount on both paths, which hold; nothing bounds the
+      wake-up of a waiter for a lock (hostmem's own waits are bounded by
+      still_ms, these by the next entry). *)
 
 open Rig_edge
 module Prim = Rig_edge_primitives

@@ -113,6 +113,9 @@ let probe_masks drv (module P : Package) =
     let blocked = List.filter (fun (_, x) -> x.blocked) idx in
     let not_left = List.length (List.filter (fun x -> not x.as_left) s) in
     let after = not (Prim.mask_as_left ()) in
+    if Sys.getenv_opt "SGCHECK_SEQ" <> None then
+      note drv (what ^ " sequence (b blocked, o open; upper case: mask as the primitives left it): "
+        ^ String.concat "" (List.map (fun x -> match x.blocked, x.as_left with true, true -> "B" | true, false -> "b" | false, true -> "O" | false, false -> "o") s));
     say drv
       (Printf.sprintf "%s: %d allocations, %d with the mask not as the primitives left it%s" what n not_left
          (if after then ", and after it returned" else ""))
