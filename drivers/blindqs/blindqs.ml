@@ -1,3 +1,152 @@
+(* blindqs: twelve drivers, qs-*, about QUEUE-1, QUEUE-3, TIME-6, STOP-4 and
+   STOP-5 of spec/rig_edge_driver.txt, written from spec/ and the edge's
+   interfaces alone.  Each is hostmem's device (hostmem_stubs.c, through its
+   C primitives and table; hostmem's kit and kit_more) behind a queue layer
+   of blindqs_stubs.c, and differs from the others in exactly one twist.
+
+   The layer (common to all twelve): a pool of "units" in front of
+   hostmem's queues; a submission of n parts takes n + 1 units from room's
+   RIG_ROOM to its commit.  The pool starts with 32 units (hostmem's has 64
+   slots, so the layer runs out first); grow makes chunks of 16 units, each
+   a 4096-byte region of hostmem's Device memory (charged to the device's
+   budget, so that rig's reclamation gives grow room).  As hostmem's grow
+   does, grow makes room for the whole submission into an earmark of the
+   calling thread's, which that thread's next room puts into the pool; Short
+   n says the bytes still missing.  room answers RIG_GROW when either pool
+   lacks room; grow grows the layer, then hostmem's (hm_grow).  stop drops
+   the layer's staging and reservations, stops hostmem's device (hm_stop:
+   drops what is encoded, writes the last value given to submit now or once
+   the running part ends) and gives back the layer's chunks.
+
+   driver                  | what it does                                                    | clause      | the document's words it breaks (or that allow it)
+   ------------------------+-----------------------------------------------------------------+-------------+---------------------------------------------------
+   qs-grow-publishes       | grow puts its new chunks into the shared pool at once and       | QUEUE-1     | "It changes nothing the C functions read: a later
+                           | reserves the calling thread's share there; the rest of the      |             | room puts what it made into the queues."
+                           | chunks is free for other threads' rooms before the growing      |             |
+                           | thread's next room (its own next room still answers RIG_ROOM)   |             |
+   qs-short-drops          | a grow that cannot make all it needs gives back every chunk it  | QUEUE-3     | "What it made stays for a later room."
+                           | made in that call ("no partial state on failure"), then Short n |             |
+   qs-short-orphans        | on Short, the partial growth is moved to a spare list that room | QUEUE-3     | "What it made stays for a later room."
+                           | and grow never look at (given back at stop): the next grow      |             |
+                           | starts from nothing again                                       |             |
+   qs-sleep-holds-lock     | sleep's wait holds the layer's mutex (the one room, submit and  | TIME-6      | "rig may call it while the driver's submit or commit
+                           | commit take) for its whole blocking step: submit and commit on  |             | runs."
+                           | other threads wait for the sleep, up to still_ms                |             |
+   qs-commit-busy-in-sleep | commit fails ("the fence channel is busy") while a sleep is in  | TIME-6      | "rig may call it while the driver's submit or commit
+                           | its wait: a commit beside a sleep loses the device              |             | runs."
+   qs-stop-flushes-open    | on an idle device, stop commits ("flushes") the calling         | STOP-4      | "The driver must drop the work d encoded that runs
+                           | thread's open command buffer instead of dropping it, lets it    |             | only once committed, such as an open command buffer."
+                           | drain (at most 100 ms, then stops the device) so that the last  |             |
+                           | value is in the word before it returns                          |             |
+   qs-stop-frees-rig       | on an idle device, stop also frees the memory rig allocated     | STOP-5      | "stop must release nothing rig made. rig frees each
+                           | (alloc's regions that no peer maps: "the device's memory dies   |             | region and unloads each image itself, also after
+                           | with it"); rig's later free of them raises, as a free of a dead |             | stop."
+                           | region does in hostmem                                          |             |
+   qs-fence-gone           | once stopped, signaled unmaps the "fence page" on the first     | STOP-5      | "A word of the driver's own, and what signaled needs
+                           | read that shows the last value: later reads raise Fault         |             | to read it, must stay until rig frees the word."
+   qs-grow-generous        | grow makes up to twice the units asked (best effort: no Short   | conforming  | "grow d makes what d's queues need to hold the parts
+                           | for the extra), kept in the thread's earmark until its next     |             | ..." (nothing bounds it above) and "a later room puts
+                           | room                                                            |             | what it made into the queues"
+   qs-short-halves         | grow tries one region for all it misses, then halves, down to   | conforming  | "It is Short n if d has no memory for n bytes the
+                           | one unit (256 bytes): on Short it keeps the partial growth and  |             | growth takes. What it made stays for a later room."
+                           | n is the exact bytes still missing (not a multiple of a chunk)  |             |
+   qs-stop-lazy            | stop gives the layer's chunks to a thread of the driver         | conforming  | "stop must release what the driver made to run work,
+                           | (Rig_edge_primitives.spawn) that gives them back once the word  |             | such as its queues, and must not wait for that work";
+                           | shows the last value (no work runs), 30 ms later: after stop    |             | "Otherwise the queues' releases write it, or the
+                           | returned                                                        |             | driver does once that work runs no more."
+   qs-sleep-early          | sleep waits in slices of 2 ms and returns, word unmoved, as     | conforming  | "It may return earlier, on an event of other work or
+                           | soon as a room, submit or commit ran or runs on the device      |             | a timer of the driver's own, since rig reads the word
+                           |                                                                 |             | again after every return and sleeps again while it is
+                           |                                                                 |             | unmoved. rig may call it while the driver's submit or
+                           |                                                                 |             | commit runs."
+
+   check/qscheck.ml runs, on every driver, one sequence per clause and says
+   what it saw; every broken driver shows its own clause only, the
+   conforming ones none.  check/qsload.ml loads blindqs.cmxs and lists what
+   it registered.
+
+   Everything else is hostmem's, as hostmem does it: make and openers check
+   rig_holds and block signals (Prim.check_unheld, Prim.masked); the image
+   lock and qs-stop-frees-rig's table lock are Prim.Lock (counted, taken as
+   Mutex.protect does); waits are Prim.wait around a step that releases the
+   runtime; the one thread a driver starts (qs-stop-lazy) is Prim.spawn.  The
+   layer's pthread mutex is held only by C code that runs no OCaml code and
+   no signal handler (stubs that take it from OCaml do so outside the
+   runtime), so it is not a counted lock; its order is before hostmem's.
+
+   Ambiguities (where the document left me unsure, and what I decided):
+
+   1. grow "makes what d's queues need": whether it may make more.  Nothing
+      bounds it above; decided yes, if the surplus reaches the queues only
+      through the thread's next room (qs-grow-generous), and that the extra
+      is best effort (a Short is only for bytes the submission needs).
+   2. "changes nothing the C functions read": room itself reads the
+      thread's earmark (hostmem's does too).  Decided that state private to
+      the growing thread, read only by that thread's next room, is how "a
+      later room puts what it made into the queues"; state any other
+      thread's room reads (the shared pool, its reservations) is what grow
+      must not change.  qs-grow-publishes keeps QUEUE-2 (its claim makes its
+      own next room answer RIG_ROOM) so that only QUEUE-1 breaks.
+   3. grow makes room for the whole submission, not for what the shared
+      pool lacks: free units of the pool may go to other threads before the
+      next room, which would break QUEUE-2.  (qs-grow-publishes counts the
+      units it claimed, which no other thread can take.)
+   4. Short n: n is the bytes still missing when grow answers, not the
+      growth's whole size.  For qs-short-drops that n, computed before the
+      give-back, is still enough when rig frees exactly n (the memory given
+      back is there again); the breach shows in the memory held between the
+      Short and the next room (qscheck allocates it).  qs-short-orphans
+      shows it in the next grow too.
+   5. "What it made stays for a later room": decided it must both stay made
+      (charged) and be used by the thread's later room/grow; a growth kept
+      but unreachable (qs-short-orphans) breaks it.
+   6. TIME-6 says only that rig may call sleep while submit or commit runs.
+      Decided that a submit or commit that fails beside a sleep, or waits for
+      it (up to still_ms, and again each time rig sleeps again), does not
+      allow it.  A sleep waiting for another sleep's hold of the mutex gives
+      up at its own still_ms (TIME-4).
+   7. The polling waits of the two TIME-6 drivers see a fault only when the
+      device was busy as the sleep started (its work ended); otherwise the
+      sleep raises Fault after its wait, at the latest after still_ms ("must
+      return, or raise Fault, at the latest after still_ms milliseconds").
+      No fault can come then: committed work would have made the device
+      busy, and no commit gets through beside those sleeps anyway.
+   8. STOP-4 against STOP-2 and STOP-3: work that was flushed at stop on an
+      idle device would leave the word without the last value when stop
+      returns ("If no work runs when stop is called, the driver writes it
+      before stop returns"), so qs-stop-flushes-open lets it drain (at most
+      100 ms, then hm_stop ends the running part at once).  Decided that this
+      is not "waiting for its work" (STOP-2): no committed work runs, and
+      with committed work running it drops the open buffer as hostmem does
+      and returns at once.  hostmem's commit commits the calling thread's
+      buffer only, so the flush reaches the open buffer of the thread that
+      calls stop; a buffer of another thread is dropped.
+   9. STOP-5 "must release what the driver made to run work ... and must not
+      wait for that work": whether the release must be done by the time stop
+      returns.  Decided no: a driver thread may do it after, once no work
+      runs, as hostmem's worker gives back its queue blocks after its
+      running part (qs-stop-lazy).
+  10. STOP-5 "release nothing rig made" against MEM-5 and MEM-7: freeing a
+      mapping (map_peer, map_host) or a region a peer maps at stop would
+      also break those; qs-stop-frees-rig frees only alloc's regions that
+      no other device maps, and only when no work runs (so no work touches
+      freed memory).  Its free after stop raises Invalid_argument for them
+      (as hostmem's free of a dead region); rig "drops their faults" after
+      stop, and EXC-1 is about a device that is not lost.
+  11. qs-fence-gone against TIME-1 and STOP-6: a signaled that can no
+      longer read the word is also not "the value in d's word".  Decided
+      that the clause is STOP-5's ("what signaled needs to read it"), and
+      that signaled raises Fault (rig drops its faults after stop) rather
+      than return another value, which would look like a write to the word
+      after stop (STOP-6).  It unmaps only after a read showed the last
+      value, so that STOP-3 is seen to hold.
+  12. "an event of other work": decided it includes a room, submit or
+      commit call on the device, even one whose work has not moved the word
+      (qs-sleep-early).
+  13. Where the queue layer's units come back (at commit, when the parts are
+      in hostmem's queue, rather than when the work ends) the document says
+      nothing; it is the layer's own accounting. *)
+
 open Rig_edge
 module Prim = Rig_edge_primitives
 
@@ -355,7 +504,7 @@ module Make (S : SPEC) : QS = struct
              returns *)
           let last = q_last d.q in
           let flushed = (not (c_busy d.c)) && q_open_here d.q > 0 && q_commit_here d.q in
-          if flushed then wait_word d last 20;
+          if flushed then wait_word d last 100;
           base_stop d;
           q_release d.q d.c;
           if flushed then wait_word d last 1000

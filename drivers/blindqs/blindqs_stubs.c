@@ -503,7 +503,17 @@ CAMLprim value qs_avail(value vw) {
 static void poll_wait(struct qs_dev *w, int64_t seen, int64_t ms, int hold, int count) {
   int64_t end = now_ms() + (ms < 0 ? 0 : ms);
   if (count) atomic_fetch_add(&w->sleepers, 1);
-  if (hold) pthread_mutex_lock(&w->mu);
+  if (hold) {
+    /* another sleep may hold it: never wait for it past this sleep's own
+     * still_ms (TIME-4); without it, this sleep polls as the others do */
+    for (;;) {
+      if (pthread_mutex_trylock(&w->mu) == 0) break;
+      int64_t left = end - now_ms();
+      if (inner_word(w) != seen || left <= 0) { hold = 0; break; }
+      struct timespec ts = { 0, 1000000L };
+      nanosleep(&ts, NULL);
+    }
+  }
   /* work that ends without moving the word (a fault) ends the wait too */
   int busy0 = inner_busy(w);
   for (;;) {
