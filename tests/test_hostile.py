@@ -109,6 +109,13 @@ def alive(d, grace=2.0):
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
             continue
+        except OSError:
+            # ENOENT or EINVAL: the number is now a thread's of another
+            # process (reused meanwhile, seen under load), or it is a process
+            # pidfd_open refuses, which /proc then shows running.
+            if tgid(pid) == pid and proc_state(pid) not in ("Z", None):
+                left.append(pid)
+            continue
         try:
             ended, _, _ = select.select([fd], [], [], grace)
         finally:
@@ -116,6 +123,14 @@ def alive(d, grace=2.0):
         if not ended and proc_state(pid) not in ("Z", None):
             left.append(pid)
     return left
+
+
+def tgid(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(l.split()[1]) for l in f if l.startswith("Tgid:")), None)
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
 
 
 def proc_state(pid):
