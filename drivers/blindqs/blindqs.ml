@@ -38,10 +38,11 @@
                            | thread's open command buffer instead of dropping it, lets it    |             | only once committed, such as an open command buffer."
                            | drain (at most 100 ms, then stops the device) so that the last  |             |
                            | value is in the word before it returns                          |             |
-   qs-stop-frees-rig       | on an idle device, stop also frees the memory rig allocated     | STOP-5      | "stop must release nothing rig made. rig frees each
-                           | (alloc's regions that no peer maps: "the device's memory dies   |             | region and unloads each image itself, also after
-                           | with it"); rig's later free of them raises, as a free of a dead |             | stop."
-                           | region does in hostmem                                          |             |
+   qs-stop-frees-rig       | stop also frees the memory rig allocated (alloc's regions that  | STOP-5      | "stop must release nothing rig made. rig frees each
+                           | no peer maps: "the device's memory dies with it"): at once on   |             | region and unloads each image itself, also after
+                           | an idle device, else from a thread of its own once the word     |             | stop."
+                           | shows the last value; rig's later free of them raises, as a     |             |
+                           | free of a dead region does in hostmem                           |             |
    qs-fence-gone           | once stopped, signaled unmaps the "fence page" on the first     | STOP-5      | "A word of the driver's own, and what signaled needs
                            | read that shows the last value: later reads raise Fault         |             | to read it, must stay until rig frees the word."
    qs-grow-generous        | grow makes up to twice the units asked (best effort: no Short   | conforming  | "grow d makes what d's queues need to hold the parts
@@ -69,10 +70,11 @@
    rig_holds and block signals (Prim.check_unheld, Prim.masked); the image
    lock and qs-stop-frees-rig's table lock are Prim.Lock (counted, taken as
    Mutex.protect does); waits are Prim.wait around a step that releases the
-   runtime; the one thread a driver starts (qs-stop-lazy) is Prim.spawn.  The
-   layer's pthread mutex is held only by C code that runs no OCaml code and
-   no signal handler (stubs that take it from OCaml do so outside the
-   runtime), so it is not a counted lock; its order is before hostmem's.
+   runtime; the threads a driver starts (qs-stop-lazy, qs-stop-frees-rig)
+   are Prim.spawn's.  The layer's pthread mutex is held only by C code that
+   runs no OCaml code and no signal handler (stubs called from OCaml never
+   block on it with the runtime held), so it is not a counted lock; its
+   order is before hostmem's.
 
    Ambiguities (where the document left me unsure, and what I decided):
 
@@ -129,8 +131,9 @@
   10. STOP-5 "release nothing rig made" against MEM-5 and MEM-7: freeing a
       mapping (map_peer, map_host) or a region a peer maps at stop would
       also break those; qs-stop-frees-rig frees only alloc's regions that
-      no other device maps, and only when no work runs (so no work touches
-      freed memory).  Its free after stop raises Invalid_argument for them
+      no other device maps, and only when no work runs (at once on an idle
+      device, else once the word shows the last value), so that no work
+      touches freed memory.  Its free after stop raises Invalid_argument for them
       (as hostmem's free of a dead region); rig "drops their faults" after
       stop, and EXC-1 is about a device that is not lost.
   11. qs-fence-gone against TIME-1 and STOP-6: a signaled that can no
@@ -504,9 +507,13 @@ module Make (S : SPEC) : QS = struct
              returns *)
           let last = q_last d.q in
           let flushed = (not (c_busy d.c)) && q_open_here d.q > 0 && q_commit_here d.q in
-          if flushed then wait_word d last 100;
-          base_stop d;
-          q_release d.q d.c;
+          (* the device is stopped also when a signal's exception ends the
+             drain's wait *)
+          Fun.protect
+            ~finally:(fun () ->
+              base_stop d;
+              q_release d.q d.c)
+            (fun () -> if flushed then wait_word d last 100);
           if flushed then wait_word d last 1000
       | Stop_frees_rig ->
           (* the twist: on an idle device, stop also frees the memory rig
@@ -515,7 +522,7 @@ module Make (S : SPEC) : QS = struct
           let idle = not (c_busy d.c) in
           base_stop d;
           q_release d.q d.c;
-          if idle then begin
+          let free_all () =
             let victims =
               Prim.Lock.protect d.tlock (fun () ->
                   let l = Hashtbl.fold (fun _ r acc -> if r.exported then acc else r :: acc) d.tracked [] in
@@ -523,7 +530,18 @@ module Make (S : SPEC) : QS = struct
                   l)
             in
             List.iter (fun r -> ignore (c_free d.c r.h)) victims
-          end
+          in
+          if idle then free_all ()
+          else
+            (* with work running, a thread of the driver's frees them once
+               the word shows the last value (no work uses them any more) *)
+            ignore
+              (Prim.spawn (fun () ->
+                   let last = q_last d.q and t0 = q_now_ms () in
+                   while c_signaled d.c <> last && q_now_ms () - t0 < 2000 do
+                     Thread.delay 0.001
+                   done;
+                   free_all ()))
       | Stop_lazy ->
           base_stop d;
           ignore (Prim.spawn (reaper d))
