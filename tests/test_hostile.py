@@ -97,6 +97,23 @@ def piddir(tmp_path):
 
 
 def pids_in(d):
+    """The pids recorded in `d` that are still hostile processes of this
+    test.  Most have ended, and with pid_max at 32768 a busy suite soon
+    gives their numbers to other tests' processes (a SIGKILL to a recorded
+    number once ended a hostmem certification's child): a process counts
+    only while its environment names `d`."""
+    mark = f"HOSTILE_PIDDIR={d}".encode()
+    def ours(pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return mark in f.read().split(b"\0")
+        except OSError:
+            return False
+    return [pid for pid in recorded(d) if ours(pid)]
+
+
+def recorded(d):
+    """Every pid a hostile process left in `d`, ended or not."""
     return [int(f.name[len("pid."):]) for f in d.glob("pid.*")]
 
 
@@ -379,7 +396,7 @@ NO_BETTER = [
 @pytest.mark.parametrize("h", [pytest.param(h, id=h.id) for h in NO_BETTER])
 def test_tampering_earns_no_verdict_hostmem_does_not_get(plugins, hostmem, tmp_path, piddir, h):
     run = certify(tmp_path, piddir, h.plugin, h.driver, "--only", h.only, "--seeds", "1", load=h.load)
-    assert pids_in(piddir), "the driver did nothing hostile"
+    assert recorded(piddir), "the driver did nothing hostile"
     assert_whole(run)
     chosen, got = selected(h.only), verdicts(run)
     for c in IDS:
@@ -401,7 +418,7 @@ def test_a_stop_that_never_returns_is_bounded_at_the_defaults(plugins, tmp_path,
 
 def test_forks_at_the_defaults_leave_nothing_behind(plugins, tmp_path, piddir):
     run = certify(tmp_path, piddir, HOSTILE, "hostile-make-fork", guard=FULL_GUARD)
-    assert pids_in(piddir), "the driver forked nothing"
+    assert recorded(piddir), "the driver forked nothing"
     assert_whole(run)
 
 
