@@ -335,12 +335,12 @@ module Kit (P : Package) = struct
 
   (* [stop s dev ~bound_ms]: stop under the watchdog, with no call of [dev]
      in flight; the seconds it took. *)
-  let stop ?(on_return = ignore) s dev ~bound_ms =
+  let stop ?(before = ignore) ?(on_return = ignore) s dev ~bound_ms =
     let t0 = now () in
     (* STOP-1: Some why only for a Fault or the hang bound; a failed
        submit loses the device with None *)
     let fault = if dev.lost = Some failed_submit then None else dev.lost in
-    match watch ~ms:bound_ms (fun () -> m (fun () -> D.stop dev.d ~fault); on_return ()) with
+    match watch ~ms:bound_ms (fun () -> before (); m (fun () -> D.stop dev.d ~fault); on_return ()) with
     | Done () ->
         dev.stopped <- true;
         Stop_returned (now () -. t0)

@@ -151,9 +151,11 @@ module Kit (P : Rig_edge.Package) : sig
   type stopped = Stop_returned of float | Stop_raised of exn * float
 
   (** [stop s dev ~bound_ms] stops [dev] on a thread of its own, bounded;
-      [on_return] runs on that thread as soon as stop returned (to read
-      what stop left, before anything else may have changed it). *)
-  val stop : ?on_return:(unit -> unit) -> session -> dev -> bound_ms:int -> stopped
+      [before] runs on that thread right before stop (work encoded there is
+      the stopping thread's); [on_return] runs on it as soon as stop
+      returned (to read what stop left, before anything else may have
+      changed it). *)
+  val stop : ?before:(unit -> unit) -> ?on_return:(unit -> unit) -> session -> dev -> bound_ms:int -> stopped
 
   (** [word_at_stop s dev ~bound_ms]: stops [dev] and answers the word as
       signaled read it on stop's thread the moment stop returned (a value a

@@ -281,29 +281,46 @@ let stop3_failed_submit (module P : Package) ~seed =
       in
       ignore (List.for_all round [ 0; 1; 3 ]))
 
-(* STOP-4: work encoded but not committed does not run at stop. *)
+(* STOP-4: work encoded but not committed does not run at stop: encoded
+   on stop's own thread right before it (a driver whose open command
+   buffer is per thread, flushed by the thread that stops), then on another
+   thread than stop's, each on a device of its own. *)
 let stop4_drop_encoded (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"STOP-4" ~seed (fun s ->
-      let n = word * (1 + K.int s 512) in
-      let a, witness = K.witness_device s n in
-      let b0 = K.byte s in
-      witness.wwrite ~off:0 (String.make n (Char.chr b0));
-      let b1 = K.other_byte s b0 in
-      ignore (K.run_or_skip s a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b1 ] "a committed Fill");
-      let expect = String.make n (Char.chr b1) in
-      if witness.wread ~off:0 ~len:n <> expect then raise (Skip "setup: the witness does not show the device's work");
-      let b2 = K.other_byte s b1 in
-      ignore (K.submit_or_skip ~commit:false a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b2 ] "an uncommitted Fill");
-      ignore (K.stop s a ~bound_ms:9000);
-      ignore (K.settled a ~ms:1000);
-      Thread.delay 0.05;
-      let got = witness.wread ~off:0 ~len:n in
-      if got <> expect then
-        let i = ref 0 in
-        while got.[!i] = expect.[!i] do incr i done;
-        K.flag s "after stop, byte %d of a region reads %02x, not %02x: a Fill with %02x that was submitted but never committed ran"
-          !i (Char.code got.[!i]) b1 b2)
+      let round where =
+        let n = word * (1 + K.int s 512) in
+        let a, witness = K.witness_device s n in
+        let b0 = K.byte s in
+        witness.wwrite ~off:0 (String.make n (Char.chr b0));
+        let b1 = K.other_byte s b0 in
+        ignore (K.run_or_skip s a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b1 ] "a committed Fill");
+        let expect = String.make n (Char.chr b1) in
+        if witness.wread ~off:0 ~len:n <> expect then raise (Skip "setup: the witness does not show the device's work");
+        let b2 = K.other_byte s b1 in
+        let encode () = ignore (K.submit_or_skip ~commit:false a [ K.fill_part witness.wreg ~off:0 ~len:n ~byte:b2 ] "an uncommitted Fill") in
+        (match where with
+        | `Stops_thread ->
+            let refused = ref None in
+            ignore (K.stop s a ~bound_ms:9000 ~before:(fun () -> try encode () with Skip why -> refused := Some why));
+            Option.iter (fun why -> raise (Skip why)) !refused
+        | `Other_thread ->
+            encode ();
+            ignore (K.stop s a ~bound_ms:9000));
+        ignore (K.settled a ~ms:1000);
+        Thread.delay 0.05;
+        let got = witness.wread ~off:0 ~len:n in
+        if got <> expect then begin
+          let i = ref 0 in
+          while got.[!i] = expect.[!i] do incr i done;
+          K.flag s "after stop, byte %d of a region reads %02x, not %02x: a Fill with %02x that was submitted %s but never committed ran"
+            !i (Char.code got.[!i]) b1 b2
+            (match where with `Stops_thread -> "on stop's thread, right before it," | `Other_thread -> "on another thread than stop's");
+          false
+        end
+        else true
+      in
+      if round `Stops_thread then ignore (round `Other_thread))
 
 (* STOP-5: stop keeps the word (signaled still reads the last value) and
    releases nothing rig made (a region still holds its bytes). *)
