@@ -68,6 +68,7 @@ type t = {
   mut : int;
   stopped : bool Atomic.t;
   shadow : int Atomic.t;  (** the word as the last sleep saw it: the signaled-shadow mutant reads it *)
+  reads_after_stop : int Atomic.t;  (** the signaled-gone-after-stop mutant's count *)
   nth_open : int;  (** 1 for the first open of its name, 2 for the next...: the peer-two-opens mutant reads it *)
   facts : region E.facts;
 }
@@ -296,6 +297,8 @@ module D = struct
         ignore (injected "free");
         if r.owner != t.dev then invalid_arg "fake: free of a region of another device";
         if Atomic.exchange r.freed true then invalid_arg "fake: region freed twice";
+        if t.mut = m_stop_forgets_regions && Atomic.get t.stopped && (match r.kind with Memory _ -> true | _ -> false) then
+          invalid_arg "fake: free of a region stop released";
         free_guard t (fun () -> c_free t.dev r.ptr);
         if t.mut = m_free_touches_new && Atomic.get t.stopped then
           match (r.kind, Weak.get newest t.slot) with
@@ -494,6 +497,8 @@ module D = struct
   let signaled t =
     ignore (injected "signaled");
     if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0
+    else if t.mut = m_signaled_gone_after_stop && Atomic.get t.stopped && Atomic.fetch_and_add t.reads_after_stop 1 > 0 then
+      raise (Fault "fake: the word's page was released at stop")
     else if t.mut = m_signaled_shadow then Atomic.get t.shadow
     else if t.mut = m_signaled_low_word then c_word t.dev land 0xFFFF_FFFF
     else if t.mut = m_signaled_try_lock then begin
@@ -602,6 +607,7 @@ let open_device slot =
       mut;
       stopped;
       shadow = Atomic.make 0;
+      reads_after_stop = Atomic.make 0;
       nth_open = 1 + Atomic.fetch_and_add opens_of_name.(slot) 1;
       facts =
         {

@@ -80,6 +80,9 @@ let mutant_table =
     ("failed-submit-forgotten", "STOP-3", "a submit that fails does not record its value, so stop writes the one before", 67);
     ("stop-runs-encoded", "STOP-4", "stop runs the work encoded but not committed", 17);
     ("stop-drops-word", "STOP-5", "stop releases the word: signaled answers 0 after it", 18);
+    (* OCaml side only (fake_core.c ignores these codes). *)
+    ("stop-forgets-regions", "STOP-5", "stop takes the regions alloc made for released: rig's free of one after stop raises Invalid_argument", 98);
+    ("signaled-gone-after-stop", "STOP-5", "after stop, signaled reads the word once, then raises Fault (what it reads released)", 99);
     ("late-word-write", "STOP-6", "the running spin's value lands after stop wrote the last one", 19);
     ("free-touches-new", "STOP-8", "free after stop charges the newest device of the name", 20);
     ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
@@ -158,6 +161,8 @@ let m_make_records_unmasked = 46
 let m_openers_cached = 47
 let m_prepare_reports_oom = 48
 let m_signaled_low_word = 49
+let m_stop_forgets_regions = 98
+let m_signaled_gone_after_stop = 99
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64
 let m_sleep_fault_unblocked = 65

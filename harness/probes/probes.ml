@@ -421,7 +421,7 @@ module Kit (P : Package) = struct
       | exception Abandon f ->
           Option.iter (fun f -> s.acc := f :: !(s.acc)) f;
           `Abandoned
-      | exception D.Fault why ->
+      | exception (D.Fault why | Fun.Finally_raised (D.Fault why)) ->
           (* A Fault that escapes the body came from a call the case does
              not judge (its checks catch what they are about): the run is
              not judged, and says why. *)
