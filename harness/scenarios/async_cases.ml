@@ -40,7 +40,11 @@ let watchdog () =
           | None -> (clause, what)
         in
         let clean = String.map (function '\n' | '\t' -> ' ' | c -> c) in
-        Printf.printf "FINDING\t%s\t%s (watchdog, after %.0f s)\nDONE\n%!" clause (clean what) watch_seconds;
+        (* On the channel, as the run's own end says it: a hang is this
+           finding, not a crash of the case that fails all its clauses. *)
+        Channel.say (Printf.sprintf "FINDING\t%s\t%s (watchdog, after %.0f s)" clause (clean what) watch_seconds);
+        List.iter (fun (fn, n) -> Channel.say (Printf.sprintf "CALLS\t%s\t%d" fn n)) (Case.reported_calls ());
+        Channel.say_done ();
         Unix._exit 1
     | _ -> ());
     loop ()
