@@ -69,6 +69,8 @@ type t = {
   stopped : bool Atomic.t;
   shadow : int Atomic.t;  (** the word as the last sleep saw it: the signaled-shadow mutant reads it *)
   reads_after_stop : int Atomic.t;  (** the signaled-gone-after-stop mutant's count *)
+  sleepers : int Atomic.t * int Atomic.t;
+      (** sleeps in their wait, and sleeps begun: the commit-fails-beside-sleep mutant's *)
   nth_open : int;  (** 1 for the first open of its name, 2 for the next...: the peer-two-opens mutant reads it *)
   facts : region E.facts;
 }
@@ -536,6 +538,14 @@ module D = struct
           else if t.mut = m_sleep_wait_masked then step t.dev seen still_ms
           else P.wait (fun () -> step t.dev seen still_ms)
         in
+        let wait =
+          if t.mut = m_commit_fails_beside_sleep then fun () ->
+            let waiting, begun = t.sleepers in
+            Atomic.incr begun;
+            Atomic.incr waiting;
+            Fun.protect ~finally:(fun () -> Atomic.decr waiting) wait
+          else wait
+        in
         let faulted =
           Fun.protect
             ~finally:(fun () -> Option.iter (fun m -> ignore (Thread.sigmask Unix.SIG_SETMASK m)) unmasked)
@@ -588,11 +598,21 @@ let open_device slot =
   (* The queue's closures hold dev, so the C device outlives any holder of
      the queue, not just of the device. *)
   let keep v = ignore (Sys.opaque_identity dev); v in
+  let sleepers = (Atomic.make 0, Atomic.make 0) in
   let queue =
     {
       E.room = (fun s -> keep (q.room s));
       submit = (fun s ~value -> keep (q.submit s ~value));
-      commit = (fun () -> keep (q.commit ()));
+      commit =
+        (fun () ->
+          if mut <> m_commit_fails_beside_sleep then keep (q.commit ())
+          else
+            (* a sleep in its wait as the commit begins, or one begun while
+               it ran, fails it *)
+            let waiting, begun = sleepers in
+            let beside = Atomic.get waiting > 0 and b0 = Atomic.get begun in
+            let ok = keep (q.commit ()) in
+            ok && not (beside || Atomic.get begun <> b0));
     }
   in
   let stopped = Atomic.make false in
@@ -608,6 +628,7 @@ let open_device slot =
       stopped;
       shadow = Atomic.make 0;
       reads_after_stop = Atomic.make 0;
+      sleepers;
       nth_open = 1 + Atomic.fetch_and_add opens_of_name.(slot) 1;
       facts =
         {

@@ -93,6 +93,7 @@ let mutant_table =
     ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
     ("sleep-awaits-commit", "TIME-6", "sleep first waits until no commit of the device runs (3000 ms cap)", 45);
     ("submit-awaits-sleep", "TIME-6", "submit and commit first wait until no sleep of the device waits (3000 ms cap)", 66);
+    ("commit-fails-beside-sleep", "TIME-6", "commit fails while a sleep of the device waits (OCaml side only)", 100);
     (* OCaml side only (fake_core.c ignores these codes): the locks of alloc. *)
     ("unlock-by-hand", "ASYNC-2", "alloc counts and takes a lock by hand and gives it back after the call, not in a handler", 30);
     ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
@@ -163,6 +164,7 @@ let m_prepare_reports_oom = 48
 let m_signaled_low_word = 49
 let m_stop_forgets_regions = 98
 let m_signaled_gone_after_stop = 99
+let m_commit_fails_beside_sleep = 100
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64
 let m_sleep_fault_unblocked = 65
