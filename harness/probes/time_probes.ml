@@ -267,18 +267,26 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
         (* into its wait: the sleep blocks for 1.5 s on a driver that sees no change *)
         Thread.delay 0.1;
         let t0 = now () in
-        let v = K.submit_or_skip dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] "a Fill beside a sleep" in
+        let res = try K.submit dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] with e -> Error (Printexc.to_string e) in
         let t1 = now () in
         Thread.join sleeper;
-        ignore (K.wait_value s dev v ~ms:3000);
         let took = (t1 -. t0) *. 1000. in
         let ended = Atomic.get slept_end in
-        if ended > 0. && ended < t0 then `Not_beside
-        else if took > alone +. (0.5 *. float_of_int time6_beside_ms) && Float.abs (t1 -. ended) < 0.25 then `Waited took
-        else `Fine
+        match res with
+        | Error e when ended = 0. || ended >= t1 -> `Failed e
+        | Error e -> raise (Skip (spf "setup: a Fill beside a sleep: %s, after the sleep had returned" e))
+        | Ok v ->
+            ignore (K.wait_value s dev v ~ms:3000);
+            if ended > 0. && ended < t0 then `Not_beside
+            else if took > alone +. (0.5 *. float_of_int time6_beside_ms) && Float.abs (t1 -. ended) < 0.25 then `Waited took
+            else `Fine
       in
       match one_try () with
       | `Not_beside -> raise (Skip "the sleep returned before the submit began")
+      | `Failed e ->
+          (* the same submission alone succeeded three times just before *)
+          K.flag s "a submit and commit made while a sleep ~still_ms:%d of the device waited failed (%s), where three alone had succeeded"
+            time6_beside_ms e
       | `Fine -> ()
       | `Waited a -> (
           match one_try () with
@@ -286,6 +294,9 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
               K.flag s
                 "a submit and commit made while a sleep ~still_ms:%d of the device waited returned only as that sleep did, %.0f and %.0f ms after they began (%.0f ms alone): they waited for the sleep"
                 time6_beside_ms a b alone
+          | `Failed e ->
+              K.flag s "a submit and commit made while a sleep ~still_ms:%d of the device waited failed (%s), where three alone had succeeded"
+                time6_beside_ms e
           | _ -> ()))
 
 let cases =
