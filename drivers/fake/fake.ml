@@ -263,6 +263,31 @@ let free_guard t f =
   if t.mut = m_lock_order_inversion then P.Lock.protect queue_lock (fun () -> P.Lock.protect memory_lock f)
   else f ()
 
+(* The locate-cache-torn mutant's caches, one per thread, found without a
+   lock (locate takes none). *)
+type place_cache = { mutable key : region option; mutable value : E.place }
+
+module Thread_map = Map.Make (Int)
+
+let place_caches : place_cache Thread_map.t Atomic.t = Atomic.make Thread_map.empty
+
+let rec my_place_cache () =
+  let id = Thread.id (Thread.self ()) in
+  match Thread_map.find_opt id (Atomic.get place_caches) with
+  | Some c -> c
+  | None ->
+      let m = Atomic.get place_caches in
+      let c = { key = None; value = { E.handle = 0L; size = 0; reach = None } } in
+      if Atomic.compare_and_set place_caches m (Thread_map.add id c m) then c else my_place_cache ()
+
+(* The key first, then a copy of the place (an allocation), then the value. *)
+let cache_place r =
+  let c = my_place_cache () in
+  c.key <- Some r;
+  let p = { r.place with size = r.place.size } in
+  c.value <- p;
+  p
+
 module D = struct
   type nonrec t = t
   type nonrec region = region
@@ -275,7 +300,9 @@ module D = struct
   let locate t r =
     ignore (injected "locate");
     if t.mut = m_locate_waits then P.wait Thread.yield;
-    r.place
+    if t.mut = m_locate_cache_torn then
+      match (my_place_cache ()).key with Some r' when r' == r -> (my_place_cache ()).value | _ -> cache_place r
+    else r.place
 
   (* From what the devices learned at open only (MEM-4). *)
   let peer d d' =
@@ -290,7 +317,11 @@ module D = struct
         if n <= 0 || n mod E.word <> 0 then invalid_arg "fake: alloc of a size not a positive multiple of 4";
         alloc_guard t (fun () ->
             let p = c_alloc t.dev (kind_code m) n in
-            if p = 0n then None else Some (region_of t (Memory m) p)))
+            if p = 0n then None
+            else
+              let r = region_of t (Memory m) p in
+              if t.mut = m_locate_cache_torn then ignore (cache_place r);
+              Some r))
 
   let free t r =
     public "free" (fun () ->

@@ -210,6 +210,7 @@ module Make (D : Rig_edge.Driver) = struct
   type dev = {
     d : D.t;
     word : D.region option;
+    word_place : (int64 * int) option;  (** locate's answer for the word, outside any callback *)
     mutable stopped : bool;
     mutable regions : D.region list;
     mutable last_value : int;
@@ -227,8 +228,26 @@ module Make (D : Rig_edge.Driver) = struct
   let with_ledger f = Mutex.protect ledger f
   let dev_of d = List.find_opt (fun x -> x.d == d) !devs
 
+  (* locate's answer for a region, asked outside any callback (no call of
+     the wrapper's is tracked here): what a callback's locate must answer. *)
+  let place_of d r = match D.locate d r with p -> Some (p.Rig_edge.handle, p.size) | exception _ -> None
+  let places : (D.region * (int64 * int)) list ref = ref []
+
   let add_region d r =
-    with_ledger (fun () -> Option.iter (fun x -> x.regions <- r :: x.regions) (dev_of d))
+    let p = place_of d r in
+    with_ledger (fun () ->
+        Option.iter (fun x -> x.regions <- r :: x.regions) (dev_of d);
+        Option.iter (fun p -> places := (r, p) :: !places) p)
+
+  (* LOCK-9: locate from a callback answers as it does outside. *)
+  let locate_as_outside ~inside what d r expected =
+    let p = D.locate d r in
+    match expected with
+    | Some (h, n) when (p.handle, p.size) <> (h, n) ->
+        note "LOCK-9"
+          (Printf.sprintf "%s called from a callback inside %s answered handle %Ld of %d bytes, not handle %Ld of %d bytes as outside callbacks" what
+             inside p.handle p.size h n)
+    | _ -> ()
 
   (* The probes of a call on [d]: signaled and locate of the word while [d]
      is not stopped (rig reads the word until it frees it, after stop), peer
@@ -243,12 +262,37 @@ module Make (D : Rig_edge.Driver) = struct
         | Some x when not x.stopped ->
             probe_call ~inside "signaled" (fun () ->
                 match D.signaled d with _ -> () | exception D.Fault _ -> ());
-            Option.iter (fun w -> probe_call ~inside "locate of the word" (fun () -> ignore (D.locate d w))) x.word
+            Option.iter
+              (fun w -> probe_call ~inside "locate of the word" (fun () -> locate_as_outside ~inside "locate of the word" d w x.word_place))
+              x.word
         | _ -> ());
         List.iter (fun o -> probe_call ~inside "peer" (fun () -> ignore (D.peer d o.d))) others;
-        Option.iter (fun (on, r) -> probe_call ~inside "locate" (fun () -> ignore (D.locate on r))) region)
+        Option.iter
+          (fun (on, r) ->
+            let live = match mine with Some x -> not x.stopped | None -> false in
+            let expected = if live then with_ledger (fun () -> List.assq_opt r !places) else None in
+            probe_call ~inside "locate" (fun () -> locate_as_outside ~inside "locate" on r expected))
+          region)
 
-  let call fn ?region d f = around fn ?probe:(probe_of ~inside:fn ?region d) f
+  (* A locate from a callback must leave nothing behind that changes a later
+     answer (a cache torn at an allocation): after a call whose allocations
+     ran the probes, the word's place, asked outside, is the same. *)
+  let word_still_placed ~after d =
+    match with_ledger (fun () -> dev_of d) with
+    | Some { word = Some w; word_place = Some (h, n); stopped = false; _ } when Atomic.get probes_on -> (
+        match D.locate d w with
+        | p when (p.handle, p.size) <> (h, n) ->
+            note "LOCK-9"
+              (Printf.sprintf "locate of the word, asked after %s, whose allocations called locate from callbacks, answered handle %Ld of %d bytes, not handle %Ld of %d bytes as before"
+                 after p.handle p.size h n)
+        | _ -> ()
+        | exception _ -> ())
+    | _ -> ()
+
+  let call fn ?region d f =
+    match around fn ?probe:(probe_of ~inside:fn ?region d) f with
+    | v -> word_still_placed ~after:fn d; v
+    | exception e -> word_still_placed ~after:fn d; raise e
 
   let wrap_queue d (q : Rig_edge.queue) =
     {
@@ -265,7 +309,8 @@ module Make (D : Rig_edge.Driver) = struct
     with_ledger (fun () ->
         if dev_of d = None then
           devs :=
-            { d; word = f.own_word; stopped = false; regions = Option.to_list f.own_word; last_value = 0 }
+            { d; word = f.own_word; word_place = Option.bind f.own_word (place_of d); stopped = false;
+              regions = Option.to_list f.own_word; last_value = 0 }
             :: !devs);
     { f with queue = wrap_queue d f.queue }
 
@@ -283,7 +328,9 @@ module Make (D : Rig_edge.Driver) = struct
     r
 
   let free d r =
-    with_ledger (fun () -> Option.iter (fun x -> x.regions <- List.filter (( != ) r) x.regions) (dev_of d));
+    with_ledger (fun () ->
+        Option.iter (fun x -> x.regions <- List.filter (( != ) r) x.regions) (dev_of d);
+        places := List.filter (fun (r', _) -> r' != r) !places);
     match call "free" ~region:(d, r) d (fun () -> D.free d r) with
     | () -> ()
     | exception e ->
@@ -341,6 +388,7 @@ module Make (D : Rig_edge.Driver) = struct
       with_ledger (fun () ->
           let r = (List.rev !devs, !images, !kept) in
           devs := [];
+          places := [];
           images := [];
           mappings := [];
           kept := [];
