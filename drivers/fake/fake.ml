@@ -620,9 +620,14 @@ let note_unstopped ~name ~id ~mut stopped () =
 
 let unstopped () = Atomic.get unstopped_devices
 
+(* The exit-handler-unshielded mutant's log. *)
+let exit_log : string list Atomic.t = Atomic.make []
+
 let open_device slot =
   let cfg = Atomic.get config in
   let mut = Atomic.get mutant in
+  if mut = m_exit_handler_unshielded then
+    at_exit (fun () -> update exit_log (fun l -> Printf.sprintf "%s still open at exit" names.(slot) :: l));
   let dev = c_open [| cfg.device_bytes; cfg.mapped_bytes; cfg.pinned_bytes |] cfg.queue_slots mut in
   if cfg.commit_hold_ms > 0 then c_set_commit_hold dev cfg.commit_hold_ms;
   let q = E.c_queue ~fns:(c_queue_fns ()) ~dev:(c_dev_ptr dev) ~may_block:cfg.may_block in

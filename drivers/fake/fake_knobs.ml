@@ -98,6 +98,7 @@ let mutant_table =
     ("unlock-by-hand", "ASYNC-2", "alloc counts and takes a lock by hand and gives it back after the call, not in a handler", 30);
     ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
     ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
+    ("exit-handler-unshielded", "SIG-7", "each open registers an exit handler that logs the device (allocating) without rig_shield", 102);
     ("locate-cache-torn", "LOCK-9", "locate keeps a one-entry cache per thread that alloc primes, its key and value written with an allocation between them: a locate from a callback there leaves one region's key beside another's place", 101);
     ("signaled-try-lock", "LOCK-5", "signaled counts its reads under a try-lock of its own (counted with rig_hold; it never blocks)", 64);
     ("alloc-not-reentrant", "LOCK-9", "alloc takes no lock but raises when a thread already inside alloc calls it (from a callback)", 63);
@@ -167,6 +168,7 @@ let m_stop_forgets_regions = 98
 let m_signaled_gone_after_stop = 99
 let m_commit_fails_beside_sleep = 100
 let m_locate_cache_torn = 101
+let m_exit_handler_unshielded = 102
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64
 let m_sleep_fault_unblocked = 65

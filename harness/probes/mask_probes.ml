@@ -207,6 +207,46 @@ module Finalisers (Pk : Rig_edge.Package) = struct
     | _ -> []
 end
 
+(* SIG-7's exit handlers: those the driver registers while its devices
+   open and run, run here by Stdlib.do_at_exit, on a thread with its
+   signals unblocked (each handler runs once: the child's own exit runs
+   none again).  Handlers run last registered first, so two of the probe's,
+   one registered before the driver's work and one after, bracket the
+   driver's; a handler registered at the plugin's load runs outside them,
+   unseen.  The handlers of the process's libraries (registered before)
+   run after the bracket. *)
+module Exit_handlers (Pk : Rig_edge.Package) = struct
+  module D = Pk.D
+
+  let run ~seed =
+    unmask_thread ();
+    let watch = ref None and result = ref None in
+    at_exit (fun () ->
+        match !watch with
+        | Some (w, masks) ->
+            Atomic.set current None;
+            result := Some (List.rev w.seen, P.masks () - masks)
+        | None -> ());
+    List.iter
+      (fun (o : D.t Rig_edge.opener) ->
+        match P.masked o.make with
+        | d -> ignore (try P.masked (fun () -> D.alloc d Rig_edge.Device (4 * (1 + (seed mod 8)))) with _ -> None)
+        | exception _ -> ())
+      (P.masked Pk.openers);
+    at_exit (fun () ->
+        Alloc_points.use on_alloc;
+        let w = { tid = self (); seen = []; hook = None; in_hook = false } in
+        watch := Some (w, P.masks ());
+        Atomic.set current (Some w));
+    Stdlib.do_at_exit ();
+    match !result with
+    | None | Some ([], _) ->
+        raise (Skip "no exit handler the driver registered while its devices opened ran OCaml code that allocates")
+    | Some (seen, masks) when masks = 0 && not (List.exists (fun s -> s.blocked) seen) ->
+        [ finding "SIG-7" "the exit handlers the driver registered while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
+    | Some _ -> []
+end
+
 (* --------------------------------------------------------------- LOCK-6 *)
 
 (* locate and peer, called in each state a device goes through, inside a
@@ -448,6 +488,9 @@ let cases =
         M.run ~seed);
     case "probe.SIG-7.finalisers-shielded" [ "SIG-7" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Finalisers (Pk) in
+        M.run ~seed);
+    case "probe.SIG-7.exit-handlers-shielded" [ "SIG-7" ] (fun (module Pk : Rig_edge.Package) ~seed ->
+        let module M = Exit_handlers (Pk) in
         M.run ~seed);
     case "probe.locate-peer-quiet" [ "LOCK-6"; "LOCK-5" ] (fun (module Pk : Rig_edge.Package) ~seed ->
         let module M = Quiet (Pk) in

@@ -18,8 +18,12 @@
     - [probe.SIG-7.finalisers-shielded]: devices and regions dropped without
       stop or free, then Gc.full_major from an unmasked thread: finalisers
       that allocate there without any rig_shield are a violation; a driver
-      none of whose finalisers allocate is n/a.  Exit handlers are not
-      reached (they run only as the process exits).
+      none of whose finalisers allocate is n/a.
+    - [probe.SIG-7.exit-handlers-shielded]: the exit handlers the driver
+      registers while its devices open, run by Stdlib.do_at_exit from an
+      unmasked thread between two handlers of the probe's: allocations
+      there without any rig_shield are a violation; none is n/a (a handler
+      registered at the plugin's load is not reached).
     - [probe.locks-counted]: the same functions called as rig does;
       at each allocation inside them where rig_holds () is 0, the thread
       asks alloc (then free) of the same device: a lock of the driver's held
