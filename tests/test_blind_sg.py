@@ -29,7 +29,8 @@ raise Invalid_argument ... while rig_holds () is not 0").  The author read
 lock need not check (sg-unchecked-openers).  The certifier reads the
 appositive as naming the functions bound: a capability's functions, make
 and public functions all check, whether or not this driver's take a lock
-today (a probe cannot see an uncounted C lock).  sg-unchecked-openers is
+today (a probe cannot see an uncounted C lock), as spec/decisions.md
+already says of the opener's make and the capability.  sg-unchecked-openers is
 broken here, with LOCK-4.
 
 | driver               | what it does                                              | clause  |
