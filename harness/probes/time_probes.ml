@@ -279,19 +279,21 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
         let ended = Atomic.get slept_end in
         match res with
         | Error e when refused_by_the_driver e && (ended = 0. || ended >= t1) -> `Failed e
-        | Error e -> raise (Skip (spf "setup: a Fill beside a sleep: %s, after the sleep had returned" e))
+        | Error e -> raise (Skip (spf "setup: a Fill beside a sleep: %s" e))
         | Ok v ->
             ignore (K.wait_value s dev v ~ms:3000);
             if ended > 0. && ended < t0 then `Not_beside
             else if took > alone +. (0.5 *. float_of_int time6_beside_ms) && Float.abs (t1 -. ended) < 0.25 then `Waited took
             else `Fine
       in
+      (* the same submission alone succeeded three times just before *)
+      let failed e =
+        K.flag s "a submit and commit made while a sleep ~still_ms:%d of the device waited failed (%s), where three alone had succeeded"
+          time6_beside_ms e
+      in
       match one_try () with
       | `Not_beside -> raise (Skip "the sleep returned before the submit began")
-      | `Failed e ->
-          (* the same submission alone succeeded three times just before *)
-          K.flag s "a submit and commit made while a sleep ~still_ms:%d of the device waited failed (%s), where three alone had succeeded"
-            time6_beside_ms e
+      | `Failed e -> failed e
       | `Fine -> ()
       | `Waited a -> (
           match one_try () with
@@ -299,9 +301,7 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
               K.flag s
                 "a submit and commit made while a sleep ~still_ms:%d of the device waited returned only as that sleep did, %.0f and %.0f ms after they began (%.0f ms alone): they waited for the sleep"
                 time6_beside_ms a b alone
-          | `Failed e ->
-              K.flag s "a submit and commit made while a sleep ~still_ms:%d of the device waited failed (%s), where three alone had succeeded"
-                time6_beside_ms e
+          | `Failed e -> failed e
           | _ -> ()))
 
 let cases =
