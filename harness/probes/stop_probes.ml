@@ -318,9 +318,16 @@ let stop4_drop_encoded (module P : Package) ~seed =
             (match where with `Stops_thread -> "on stop's thread, right before it," | `Other_thread -> "on another thread than stop's");
           false
         end
-        else true
+        else begin
+          (* its hardware free again for the next round's open *)
+          if K.settled a ~ms:3000 then K.release_dev s a;
+          true
+        end
       in
-      if round `Stops_thread then ignore (round `Other_thread))
+      (* The first round judges; a second that cannot be set up (a device
+         busy a while after the first's, say) takes nothing from it. *)
+      if round `Stops_thread then
+        match round `Other_thread with _ -> () | exception (Skip _ | Not_opened _) -> ())
 
 (* STOP-5: stop keeps the word (signaled still reads the last value) and
    releases nothing rig made: a region still holds its bytes through a
