@@ -183,26 +183,36 @@ end
    rig_shield: from an unmasked thread, finalisers that allocated, never
    with signals blocked, and took no shield are a violation.  (C finalisers
    of custom blocks allocate nothing and are not judged.) *)
-module Finalisers (Pk : Rig_edge.Package) = struct
+(* Every device opened, a region allocated on each, none stopped or freed:
+   what SIG-7's finalisers and exit handlers are run on. *)
+module Open_every (Pk : Rig_edge.Package) = struct
   module D = Pk.D
+
+  let devices ~seed =
+    List.iter
+      (fun (o : D.t Rig_edge.opener) ->
+        match P.masked o.make with
+        | d -> ignore (try P.masked (fun () -> D.alloc d Rig_edge.Device (4 * (1 + (seed mod 8)))) with _ -> None)
+        | exception _ -> ())
+      (P.masked Pk.openers)
+end
+
+(* SIG-7: allocations of a finaliser or exit handler, none with signals
+   blocked, and no rig_shield taken meanwhile. *)
+let never_shielded seen masks = masks = 0 && not (List.exists (fun s -> s.blocked) seen)
+
+module Finalisers (Pk : Rig_edge.Package) = struct
+  module O = Open_every (Pk)
 
   let run ~seed =
     unmask_thread ();
     (* Devices and regions dropped without stop or free: what a program
        that lost them leaves to the driver's finalisers. *)
-    let drop () =
-      List.iter
-        (fun (o : D.t Rig_edge.opener) ->
-          match P.masked o.make with
-          | d -> ignore (try P.masked (fun () -> D.alloc d Rig_edge.Device (4 * (1 + (seed mod 8)))) with _ -> None)
-          | exception _ -> ())
-        (P.masked Pk.openers)
-    in
-    drop ();
+    O.devices ~seed;
     let _, seen, masks = watched (fun () -> Gc.full_major (); Gc.full_major ()) in
     match seen with
     | [] -> raise (Skip "no finaliser of the driver ran (none allocated) for devices and regions dropped without stop or free")
-    | _ when masks = 0 && not (List.exists (fun s -> s.blocked) seen) ->
+    | _ when never_shielded seen masks ->
         [ finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
     | _ -> []
 end
@@ -216,7 +226,7 @@ end
    unseen.  The handlers of the process's libraries (registered before)
    run after the bracket. *)
 module Exit_handlers (Pk : Rig_edge.Package) = struct
-  module D = Pk.D
+  module O = Open_every (Pk)
 
   let run ~seed =
     unmask_thread ();
@@ -227,12 +237,7 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
             Atomic.set current None;
             result := Some (List.rev w.seen, P.masks () - masks)
         | None -> ());
-    List.iter
-      (fun (o : D.t Rig_edge.opener) ->
-        match P.masked o.make with
-        | d -> ignore (try P.masked (fun () -> D.alloc d Rig_edge.Device (4 * (1 + (seed mod 8)))) with _ -> None)
-        | exception _ -> ())
-      (P.masked Pk.openers);
+    O.devices ~seed;
     at_exit (fun () ->
         Alloc_points.use on_alloc;
         let w = { tid = self (); seen = []; hook = None; in_hook = false } in
@@ -242,7 +247,7 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
     match !result with
     | None | Some ([], _) ->
         raise (Skip "no exit handler the driver registered while its devices opened ran OCaml code that allocates")
-    | Some (seen, masks) when masks = 0 && not (List.exists (fun s -> s.blocked) seen) ->
+    | Some (seen, masks) when never_shielded seen masks ->
         [ finding "SIG-7" "the exit handlers the driver registered while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
     | Some _ -> []
 end
