@@ -653,16 +653,24 @@ let prepare_raises ~beside (module P : Package) ~seed =
                    already; one that left f marked as started, with nothing
                    made, gets a prepare that starts nothing. *)
                 let fresh = if world <> `Others_prepared then 0 else Lazy.force fresh_prepare_makes in
-                if fresh <= 0 || not (measured_prepare i f) then None
-                else begin
-                  let deadline = Unix.gettimeofday () +. Float.max 1. (5. *. horizon) in
-                  let made = taken_reaching (before - entries_took) fresh deadline in
-                  if made >= fresh then None
-                  else
-                    Some
-                      (spf "a prepare of %S that an asynchronous exception ended at %s changed what a prepare of it makes: one right after, with what the ended one left, made %d bytes of Device memory in all, where one on a fresh image makes %d"
-                         f where made fresh)
-                end
+                (* Up to three prepares: a clean prepare may make nothing
+                   (rf-ok-give-up's, when the system refuses its helper),
+                   while a mark left by the ended one makes every later
+                   prepare start nothing. *)
+                let rec prepares_after tries =
+                  if not (measured_prepare i f) then None
+                  else begin
+                    let deadline = Unix.gettimeofday () +. Float.max 1. (5. *. horizon) in
+                    let made = taken_reaching (before - entries_took) fresh deadline in
+                    if made >= fresh then None
+                    else if tries < 3 then prepares_after (tries + 1)
+                    else
+                      Some
+                        (spf "a prepare of %S that an asynchronous exception ended at %s changed what a prepare of it makes: three right after, with what the ended one left, made %d bytes of Device memory in all, where one on a fresh image makes %d"
+                           f where made fresh)
+                  end
+                in
+                if fresh <= 0 then None else prepares_after 1
             in
             give_back ();
             K.unload_img i;
