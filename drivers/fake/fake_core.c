@@ -1231,6 +1231,17 @@ uint64_t fake_grow(struct fake_dev *d) {
   uint32_t need = t->missing - t->growth_n;
   uint64_t fit = room_of(d, FAKE_DEVICE) / FAKE_PART_BYTES;
   uint32_t k = fit < need ? (uint32_t)fit : need;
+  if (mutant(d, FAKE_M_GROW_PUBLISHES_REST) && k == need) {
+    /* Whole chunks of 16 slots; the rest goes where every room looks
+     * (QUEUE-1), the thread keeps what it needs. */
+    uint32_t whole = (need + 15) / 16 * 16;
+    struct fake_node *rest = whole > need && whole <= fit ? chunk_new(d, whole - need) : NULL;
+    if (rest) {
+      free_push_list(d, rest);
+      d->used[FAKE_DEVICE] += (uint64_t)(whole - need) * FAKE_PART_BYTES;
+      d->queue_bytes += (uint64_t)(whole - need) * FAKE_PART_BYTES;
+    }
+  }
   struct fake_node *g = chunk_new(d, k);
   if (k && !g) k = 0;
   if (k < need && mutant(d, FAKE_M_GROW_SHORT_DROPS)) {

@@ -84,7 +84,8 @@ enum fake_mutant {
   FAKE_M_STOP_EARLY_VALUE = 85,  /* STOP-3: stop writes the last value at once; the running and queued work go on */
   FAKE_M_STOP_VALUE_MID_PART = 86, /* STOP-3: stop writes the last value at once; the running part goes on to its end */
   FAKE_M_PREPARE_RESTARTS_PREPARED = 87, /* CODE-7: a prepare of an f whose entry only a prepare made makes it again */
-  FAKE_M_ENTRY_KEEPS_SCRATCH = 90 /* CODE-3: entry takes f's scratch, then is refused the table it also needs, and keeps the scratch */
+  FAKE_M_ENTRY_KEEPS_SCRATCH = 90, /* CODE-3: entry takes f's scratch, then is refused the table it also needs, and keeps the scratch */
+  FAKE_M_GROW_PUBLISHES_REST = 103 /* QUEUE-1: grow makes whole chunks of 16 slots and puts what its thread does not need into the free pool */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

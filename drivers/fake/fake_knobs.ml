@@ -89,6 +89,7 @@ let mutant_table =
     ("room-no-hold", "QUEUE-2", "a room that answers RIG_GROW holds none of the free slots, so that another thread's room takes those its growth counted on", 73);
     ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
     ("grow-writes-queue", "QUEUE-1", "grow puts the slots it makes straight into the pool room reads", 24);
+    ("grow-publishes-rest", "QUEUE-1", "grow makes whole chunks of 16 slots, keeps for its thread what it needs and puts the rest straight into the pool room reads", 103);
     ("signaled-low-word", "TIME-1", "signaled answers the word's low 32 bits", 49);
     ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
     ("sleep-awaits-commit", "TIME-6", "sleep first waits until no commit of the device runs (3000 ms cap)", 45);

@@ -285,11 +285,81 @@ module Probe (Pk : Rig_edge.Package) = struct
                 match on b (fun () -> room d big) with Rig_edge.Room -> on b (fun () -> finish d big) | Grow -> ()));
     !acc
 
+  (* QUEUE-1 where rooms not yet submitted hold the whole pool: a grow that
+     puts what it made where every room looks shows even when what it left
+     over is smaller than any submission the round above asks.  Rooms of
+     threads of their own, each held where it answered Room, fill the
+     queues until one for 1 part answers RIG_GROW (none submitted: no
+     work's end frees anything meanwhile).  B's room for [b_parts] then
+     answers RIG_GROW and its grow Grown; a new thread's room for 1 part
+     must still answer RIG_GROW.  B's size is tried at three values, each
+     on a new device, since a growth made in fixed chunks may leave nothing
+     over for one of them.  A thread whose room answered RIG_GROW rooms no
+     more (rig would grow first). *)
+  let queue1_exhausted ~b_parts =
+    let d = open_first () in
+    let r = Option.get (alloc d 64) in
+    let agents = ref [] in
+    let fresh () = let a = agent () in agents := a :: !agents; a in
+    let held = ref [] in
+    let room_held parts =
+      let a = fresh () and s = fills d r parts in
+      match on a (fun () -> room d s) with
+      | Rig_edge.Room -> held := (a, s) :: !held; true
+      | Grow -> false
+    in
+    (* Up by doubling while room takes it, then down by halving: few asks
+       that do not fit, since a room that answers RIG_GROW may keep
+       something for its thread (a layer over another queue, say).  False
+       when 1 part always finds room (a bound on held rooms). *)
+    let rec up parts = if parts <= max_parts && room_held parts then up (2 * parts) else down (parts / 2)
+    and down parts = if parts > 1 then (ignore (room_held parts); down (parts / 2)) else ones 64
+    and ones left = left > 0 && ((not (room_held 1)) || ones (left - 1)) in
+    Fun.protect
+      ~finally:(fun () ->
+        List.iter (fun (a, s) -> on a (fun () -> finish d s)) (List.rev !held);
+        List.iter quit !agents;
+        close d [ r ])
+      (fun () ->
+        if not (up 1) then None
+        else
+          let b = fresh () and big = fills d r b_parts in
+          match on b (fun () -> room d big) with
+          | Rig_edge.Room -> held := (b, big) :: !held; None
+          | Grow -> (
+              match on b (fun () -> grow d) with
+              | Rig_edge.Short _ -> None
+              | Grown ->
+                  let c = fresh () and one = fills d r 1 in
+                  let finding =
+                    match on c (fun () -> room d one) with
+                    | Rig_edge.Grow -> None
+                    | Room ->
+                        held := (c, one) :: !held;
+                        Some
+                          (finding "QUEUE-1"
+                             "with rooms not yet submitted holding the queues (a room for 1 part answering RIG_GROW), grow on another thread (for %d parts) changed what room reads: a new thread's room for 1 part then answered Room, with no work run between"
+                             b_parts)
+                  in
+                  (match on b (fun () -> room d big) with Rig_edge.Room -> held := (b, big) :: !held | Grow -> ());
+                  finding))
+
+  let queue1_all ~seed =
+    match queue1 ~seed with
+    | _ :: _ as found -> found
+    | [] ->
+        let rec rounds = function
+          | [] -> []
+          | b_parts :: rest -> (
+              match queue1_exhausted ~b_parts with Some x -> [ x ] | None -> rounds rest)
+        in
+        rounds [ 2; 3; 5 ]
+
   let run name ~seed =
     try
       Ran
         ((match name with
-         | "probe.QUEUE-1.grow-changes-nothing" -> queue1
+         | "probe.QUEUE-1.grow-changes-nothing" -> queue1_all
          | "probe.QUEUE-2.grown-holds" -> queue2
          | _ -> queue3)
            ~seed)
