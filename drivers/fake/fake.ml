@@ -59,6 +59,9 @@ include Fake_injection
 
 type kind = Memory of E.memory | Peer_mapping | Host_mapping | Word
 
+(* Sleeps of a device in their wait, and sleeps begun. *)
+type sleepers = { waiting : int Atomic.t; begun : int Atomic.t }
+
 type t = {
   id : int;
   name : string;
@@ -69,8 +72,7 @@ type t = {
   stopped : bool Atomic.t;
   shadow : int Atomic.t;  (** the word as the last sleep saw it: the signaled-shadow mutant reads it *)
   reads_after_stop : int Atomic.t;  (** the signaled-gone-after-stop mutant's count *)
-  sleepers : int Atomic.t * int Atomic.t;
-      (** sleeps in their wait, and sleeps begun: the commit-fails-beside-sleep mutant's *)
+  sleepers : sleepers;  (** the commit-fails-beside-sleep mutant's *)
   nth_open : int;  (** 1 for the first open of its name, 2 for the next...: the peer-two-opens mutant reads it *)
   facts : region E.facts;
 }
@@ -571,10 +573,9 @@ module D = struct
         in
         let wait =
           if t.mut = m_commit_fails_beside_sleep then fun () ->
-            let waiting, begun = t.sleepers in
-            Atomic.incr begun;
-            Atomic.incr waiting;
-            Fun.protect ~finally:(fun () -> Atomic.decr waiting) wait
+            Atomic.incr t.sleepers.begun;
+            Atomic.incr t.sleepers.waiting;
+            Fun.protect ~finally:(fun () -> Atomic.decr t.sleepers.waiting) wait
           else wait
         in
         let faulted =
@@ -634,7 +635,7 @@ let open_device slot =
   (* The queue's closures hold dev, so the C device outlives any holder of
      the queue, not just of the device. *)
   let keep v = ignore (Sys.opaque_identity dev); v in
-  let sleepers = (Atomic.make 0, Atomic.make 0) in
+  let sleepers = { waiting = Atomic.make 0; begun = Atomic.make 0 } in
   let queue =
     {
       E.room = (fun s -> keep (q.room s));
@@ -645,10 +646,9 @@ let open_device slot =
           else
             (* a sleep in its wait as the commit begins, or one begun while
                it ran, fails it *)
-            let waiting, begun = sleepers in
-            let beside = Atomic.get waiting > 0 and b0 = Atomic.get begun in
+            let beside = Atomic.get sleepers.waiting > 0 and b0 = Atomic.get sleepers.begun in
             let ok = keep (q.commit ()) in
-            ok && not (beside || Atomic.get begun <> b0));
+            ok && not (beside || Atomic.get sleepers.begun <> b0));
     }
   in
   let stopped = Atomic.make false in

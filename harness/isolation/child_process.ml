@@ -136,12 +136,12 @@ let become_subreaper () = subreaper ()
 
 (* A /proc file's first 4 KiB: In_channel.input_all starts with a 64-KiB
    buffer, and the runner reads every process's stat each time a child ends
-   (the certifier's own time went to collecting those buffers). *)
-let stat_buf = Bytes.create 4096
-
+   (the certifier's own time went to collecting those buffers).  A buffer
+   per call: threads of the certifier read at once (Lock_wait's). *)
 let read_small path =
+  let buf = Bytes.create 4096 in
   let fd = Unix.openfile path [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
-  Fun.protect ~finally:(fun () -> Unix.close fd) (fun () -> Bytes.sub_string stat_buf 0 (Unix.read fd stat_buf 0 (Bytes.length stat_buf)))
+  Fun.protect ~finally:(fun () -> Unix.close fd) (fun () -> Bytes.sub_string buf 0 (Unix.read fd buf 0 (Bytes.length buf)))
 
 (* The parent and process group of a process, from /proc. *)
 let parent_and_group pid =

@@ -1,11 +1,9 @@
 (* Deadlocks on pthread mutexes, read from /proc; see lock_wait.mli. *)
 
-(* The child may end between the open and the read (ESRCH, as Sys_error):
-   then there is nothing to read, not an error of the certifier. *)
-let read_small path =
-  match open_in_bin path with
-  | exception Sys_error _ -> None
-  | ic -> Fun.protect ~finally:(fun () -> close_in_noerr ic) (fun () -> try Some (In_channel.input_all ic) with Sys_error _ -> None)
+(* The child may end before the open or between the open and the read
+   (ENOENT, ESRCH): then there is nothing to read, not an error of the
+   certifier. *)
+let read_small path = match Child_process.read_small path with s -> Some s | exception Unix.Unix_error _ -> None
 
 (* futex(2) on x86-64, and the operation glibc's lock takes to wait:
    FUTEX_WAIT (private or not) for the value 2, "locked, with waiters". *)

@@ -67,12 +67,7 @@ module Probe (Pk : Rig_edge.Package) = struct
      them to the process's end. *)
   let close d ?(images = []) ?(regions = []) last =
     (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
-    (* A word that cannot be read after stop is STOP-5's probe's to judge:
-       here it is one that never gets there. *)
-    let reached () = match D.signaled d with w -> w >= last | exception _ -> false in
-    let rec await k = if k > 0 && not (reached ()) then (Thread.delay 0.002; await (k - 1)) in
-    await 2500;
-    if reached () then begin
+    if Probes.word_reaches ~signaled:(fun () -> D.signaled d) ~last ~ms:5000 then begin
       List.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) regions;
       List.iter (fun i -> try P.masked (fun () -> D.unload i) with _ -> ()) images;
       Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) (D.facts d).own_word

@@ -26,6 +26,11 @@ exception Not_opened of string
 
 let round_up x k = (x + k - 1) / k * k
 
+let word_reaches ~signaled ~last ~ms =
+  let reached () = match signaled () with w -> w >= last | exception _ -> false in
+  let rec await k = reached () || (k > 0 && (Thread.delay 0.002; await (k - 1))) in
+  await (ms / 2)
+
 (* ------------------------------------------------------------ watchdog *)
 
 type 'a watched = Done of 'a | Raised of exn | Late

@@ -42,6 +42,12 @@ val spf : ('a, unit, string) format -> 'a
 (** [round_up x k]: the least multiple of [k] that is >= [x]. *)
 val round_up : int -> int -> int
 
+(** [word_reaches ~signaled ~last ~ms]: whether [signaled ()] reads [last]
+    or more within about [ms] milliseconds (read every 2 ms), as a probe
+    waits after stop before it frees.  A read that raises counts as not
+    there: an unreadable word after stop is STOP-5's probe's to judge. *)
+val word_reaches : signaled:(unit -> int) -> last:int -> ms:int -> bool
+
 (** The driver lacks what the case needs: the case is Not_applicable. *)
 exception Skip of string
 

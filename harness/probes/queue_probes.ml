@@ -64,11 +64,7 @@ module Probe (Pk : Rig_edge.Package) = struct
      the last value (bounded: a stuck word leaves it to the process's end). *)
   let close d regions =
     P.masked (fun () -> D.stop d ~fault:None);
-    (* a word unreadable after stop is STOP-5's: one that never gets there *)
-    let reached () = match D.signaled d with w -> w >= !value | exception _ -> false in
-    let rec await k = if k > 0 && not (reached ()) then (Thread.delay 0.002; await (k - 1)) in
-    await 2500;
-    if reached () then begin
+    if Probes.word_reaches ~signaled:(fun () -> D.signaled d) ~last:!value ~ms:5000 then begin
       List.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) regions;
       Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) (D.facts d).own_word
     end

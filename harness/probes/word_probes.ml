@@ -70,11 +70,7 @@ module Probe (Pk : Rig_edge.Package) = struct
             let last = if found = [] then (1 lsl 32) + 1 + (seed mod 1000) else 1 in
             let found = if found = [] then show ~value:last ~byte:(1 + (byte mod 250)) else found in
             P.masked (fun () -> D.stop d ~fault:None);
-            (* a word unreadable after stop is STOP-5's: one that never gets there *)
-            let reached () = match D.signaled d with w -> w >= last | exception _ -> false in
-            let rec settle k = if k > 0 && not (reached ()) then (Thread.delay 0.002; settle (k - 1)) in
-            settle 1000;
-            if reached () || found <> [] then begin
+            if Probes.word_reaches ~signaled:(fun () -> D.signaled d) ~last ~ms:2000 || found <> [] then begin
               (try P.masked (fun () -> D.free d r) with _ -> ());
               Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) facts.own_word
             end;
