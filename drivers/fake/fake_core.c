@@ -465,6 +465,19 @@ out:
   return r;
 }
 
+static void region_detach(struct fake_region *r) {
+  struct fake_mem *m = mem_new(r->size);
+  if (!m) return;
+  mem_unref(r->mem);
+  r->mem = m;
+}
+
+void fake_detach(struct fake_dev *d, struct fake_region *r) {
+  dev_lock(d);
+  region_detach(r);
+  dev_unlock(d);
+}
+
 struct fake_region *fake_map_peer(struct fake_dev *d, struct fake_region *r) {
   struct fake_mem *m;
   if (mutant(d, FAKE_M_MAP_PEER_COPY)) {
@@ -558,6 +571,13 @@ void fake_free(struct fake_dev *d, struct fake_region *r) {
     return;
   }
   table_remove(d, r);
+  if (mutant(d, FAKE_M_PEER_MAP_SHARED) && r->kind < 0) {
+    /* One mapping per memory, shared with no count: its free unmaps the
+     * device's other regions over the same memory (MEM-5). */
+    for (int b = 0; b < FAKE_BUCKETS; b++)
+      for (struct fake_region *q = d->buckets[b]; q; q = q->next)
+        if (q->kind < 0 && q->mem == r->mem) region_detach(q);
+  }
   if (d->peer_window == r) d->peer_window = NULL;
   if (d->host_window == r) d->host_window = NULL;
   if (r->kind >= 0) d->used[r->kind] -= r->size;

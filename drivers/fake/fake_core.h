@@ -85,7 +85,8 @@ enum fake_mutant {
   FAKE_M_STOP_VALUE_MID_PART = 86, /* STOP-3: stop writes the last value at once; the running part goes on to its end */
   FAKE_M_PREPARE_RESTARTS_PREPARED = 87, /* CODE-7: a prepare of an f whose entry only a prepare made makes it again */
   FAKE_M_ENTRY_KEEPS_SCRATCH = 90, /* CODE-3: entry takes f's scratch, then is refused the table it also needs, and keeps the scratch */
-  FAKE_M_GROW_PUBLISHES_REST = 103 /* QUEUE-1: grow makes whole chunks of 16 slots and puts what its thread does not need into the free pool */
+  FAKE_M_GROW_PUBLISHES_REST = 103, /* QUEUE-1: grow makes whole chunks of 16 slots and puts what its thread does not need into the free pool */
+  FAKE_M_PEER_MAP_SHARED = 104  /* MEM-5: the free of a peer mapping unmaps the device's other mappings of the same memory */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */
@@ -126,6 +127,9 @@ struct fake_region *fake_dev_word_region(struct fake_dev *d);
 /* ------------------------------------------------------------ regions */
 
 struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n);
+/* [r] maps fresh zeroed memory from now on, as if it had been unmapped
+ * (the stop-unmaps-peers mutant). */
+void fake_detach(struct fake_dev *d, struct fake_region *r);
 struct fake_region *fake_map_peer(struct fake_dev *d, struct fake_region *r);
 /* p is page-aligned; NULL if not or on no memory. */
 struct fake_region *fake_map_host(struct fake_dev *d, void *p, size_t n);

@@ -213,7 +213,91 @@ let mem5_map_peer_live (module P : Package) ~seed =
           in
           regions (2 + K.int s 2) None)
         kinds;
-      if !tested = 0 then raise (Skip "no map_peer mapping of a region the host can reach"))
+      if !tested = 0 then raise (Skip "no map_peer mapping of a region the host can reach");
+      (* "until rig frees it", whatever else is freed or stopped: a second
+         mapping of r made and freed (a driver that shares one mapping
+         between regions with no count unmaps both), then the stop of the
+         device whose memory the mappings map (rig frees those mappings,
+         on a device still open, when it will).  What a mapping held
+         before must still read through it, and what is written through it
+         (by the host, by a Fill) must read back; with r still reachable,
+         both ways through r too. *)
+      let access_bytes what f = match access what (fun () -> Some (f ())) with Some b -> b | None -> None in
+      let before (mp : K.reg) =
+        let p = K.pattern s mp.size in
+        if K.write mp ~off:0 p then Some p else None
+      in
+      let read_through what (mp : K.reg) =
+        access_bytes (spf "a read through %s's mapping %s" a.oname what) (fun () -> K.read mp ~off:0 ~len:mp.size)
+      in
+      let still_holds what mp = function
+        | Some p -> (
+            match read_through what mp with
+            | Some got when got <> p ->
+                K.flag s "bytes written through %s's mapping before, %s, no longer read through it: %s" a.oname what
+                  (Probes.first_difference got p)
+            | _ -> ())
+        | None -> ()
+      in
+      let works ?r what (mp : K.reg) =
+        let n = mp.size in
+        (match r with
+        | Some (r : K.reg) ->
+            let p = K.pattern s n in
+            if K.write r ~off:0 p then (
+              match read_through what mp with
+              | Some got when got <> p ->
+                  K.flag s "bytes written into r do not show through %s's mapping %s: %s" a.oname what (Probes.first_difference got p)
+              | _ -> ())
+        | None -> ());
+        let p = K.pattern s n in
+        (match access (spf "a write through %s's mapping %s" a.oname what) (fun () -> Some (K.write mp ~off:0 p)) with
+        | Some true -> (
+            let back = match r with Some r -> K.read r ~off:0 ~len:n | None -> read_through what mp in
+            match back with
+            | Some got when got <> p ->
+                K.flag s "bytes written through %s's mapping %s do not read back%s: %s" a.oname what
+                  (if r = None then " through it" else " in r") (Probes.first_difference got p)
+            | _ -> ())
+        | _ -> ());
+        let bt = K.byte s in
+        (* a device lost by a Fill that met an unmapped mapping shows nothing more *)
+        if a.lost = None then
+          match K.submit a [ K.fill_part mp ~off:0 ~len:n ~byte:bt ] with
+          | Error e -> K.flag s "a Fill on %s of its mapping %s could not be submitted: %s" a.oname what e
+          | Ok v -> (
+              match K.wait_value s a v ~ms:3000 with
+              | Reached -> (
+                  match read_through what mp with
+                  | Some got when got <> String.make n (Char.chr bt) ->
+                      K.flag s "a Fill on %s of its mapping %s with %02x does not read back through it: %s" a.oname what bt
+                        (Probes.first_difference got (String.make n (Char.chr bt)))
+                  | _ -> ())
+              | w -> K.flag s "a Fill on %s of its mapping %s: %s" a.oname what (K.describe_wait w))
+      in
+      (match !live with
+      | (label, r, mp) :: _ ->
+          let what = spf "of %s memory of %s, after a second mapping of the same region was made and freed" label b.oname in
+          let held = before mp in
+          let twin = K.map_peer s a r in
+          K.free_reg twin;
+          still_holds what mp held;
+          works ~r what mp
+      | [] -> ());
+      (* one pattern per region, written through its first mapping: every
+         mapping of it must read it after the stop *)
+      let regions = List.fold_left (fun acc (_, r, _) -> if List.memq r acc then acc else r :: acc) [] !live in
+      let held =
+        List.map
+          (fun r ->
+            let mps = List.filter_map (fun (label, r', mp) -> if r' == r then Some (label, mp) else None) !live in
+            (mps, before (snd (List.hd mps))))
+          regions
+      in
+      K.close s b;
+      let what label = spf "of %s memory of %s, not yet freed, after the stop of %s" label b.oname b.oname in
+      List.iter (fun (mps, p) -> List.iter (fun (label, mp) -> still_holds (what label) mp p) mps) held;
+      List.iter (fun (label, _, mp) -> works (what label) mp) !live)
 
 (* MEM-7: map_host maps the whole pages: a Fill of the last word, and on to
    the end of its page, reaches host memory; and they stay mapped until the

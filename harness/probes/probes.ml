@@ -26,6 +26,13 @@ exception Not_opened of string
 
 let round_up x k = (x + k - 1) / k * k
 
+let first_difference got want =
+  let n = min (String.length got) (String.length want) in
+  let i = ref 0 in
+  while !i < n && got.[!i] = want.[!i] do incr i done;
+  if !i < n then spf "byte %d reads %02x, not %02x" !i (Char.code got.[!i]) (Char.code want.[!i])
+  else spf "%d bytes read where %d were written" (String.length got) (String.length want)
+
 let word_reaches ~signaled ~last ~ms =
   let reached () = match signaled () with w -> w >= last | exception _ -> false in
   let rec await k = reached () || (k > 0 && (Thread.delay 0.002; await (k - 1))) in

@@ -42,6 +42,10 @@ val spf : ('a, unit, string) format -> 'a
 (** [round_up x k]: the least multiple of [k] that is >= [x]. *)
 val round_up : int -> int -> int
 
+(** [first_difference got want]: the first byte where [got] differs from
+    [want], as a phrase for a finding. *)
+val first_difference : string -> string -> string
+
 (** [word_reaches ~signaled ~last ~ms]: whether [signaled ()] reads [last]
     or more within about [ms] milliseconds (read every 2 ms), as a probe
     waits after stop before it frees.  A read that raises counts as not
