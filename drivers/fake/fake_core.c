@@ -84,9 +84,11 @@ struct fake_thread {
   uint32_t growth_n; /* slots grown, not yet in the queue */
   struct fake_node *growth;
   struct fake_node *enc_head, *enc_tail;
+  uint64_t ticket;   /* room-growers-in-order mutant: when it first answered RIG_GROW, 0 once it made room */
 };
 
 struct fake_dev {
+  uint64_t tickets; /* room-growers-in-order mutant: RIG_GROW answers so far */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* any change: work, word, fault, stop */
   _Atomic uint64_t word;
@@ -1098,6 +1100,14 @@ static uint32_t slots_of(const struct rig_submission *s) {
   return s->n_parts ? s->n_parts : 1; /* an empty submission still writes its value */
 }
 
+/* The room-growers-in-order mutant: a thread that asked for growth before
+ * [t] and whose growth is not all made (its grow answered Short). */
+static int older_grower_waits(struct fake_dev *d, struct fake_thread *t) {
+  for (struct fake_thread *q = d->threads; q; q = q->next)
+    if (q != t && q->ticket && q->ticket < t->ticket && q->missing > q->growth_n) return 1;
+  return 0;
+}
+
 static int q_room(void *dev, const struct rig_submission *s) {
   struct fake_dev *d = dev;
   uint32_t n = slots_of(s);
@@ -1109,6 +1119,9 @@ static int q_room(void *dev, const struct rig_submission *s) {
   }
   struct fake_thread *t = thread_get(d);
   if (!t) goto out;
+  /* Growers served in the order they asked: one grown waits behind an
+   * older one still short (QUEUE-2). */
+  if (mutant(d, FAKE_M_ROOM_GROWERS_IN_ORDER) && t->ticket && older_grower_waits(d, t)) goto out;
   /* A reservation or hold is for this thread's next submit only. */
   d->reserved_total -= t->held + t->reserved;
   t->held = t->reserved = 0;
@@ -1133,8 +1146,10 @@ static int q_room(void *dev, const struct rig_submission *s) {
     t->reserved = n;
     d->reserved_total += n;
     t->missing = 0;
+    t->ticket = 0;
     answer = RIG_ROOM;
   } else {
+    if (!t->ticket) t->ticket = ++d->tickets;
     /* Hold what there is, so that a growth of just the missing slots is
      * enough at the next room whatever other threads take (QUEUE-2). */
     if (!mutant(d, FAKE_M_ROOM_NO_HOLD)) {

@@ -86,7 +86,8 @@ enum fake_mutant {
   FAKE_M_PREPARE_RESTARTS_PREPARED = 87, /* CODE-7: a prepare of an f whose entry only a prepare made makes it again */
   FAKE_M_ENTRY_KEEPS_SCRATCH = 90, /* CODE-3: entry takes f's scratch, then is refused the table it also needs, and keeps the scratch */
   FAKE_M_GROW_PUBLISHES_REST = 103, /* QUEUE-1: grow makes whole chunks of 16 slots and puts what its thread does not need into the free pool */
-  FAKE_M_PEER_MAP_SHARED = 104  /* MEM-5: the free of a peer mapping unmaps the device's other mappings of the same memory */
+  FAKE_M_PEER_MAP_SHARED = 104, /* MEM-5: the free of a peer mapping unmaps the device's other mappings of the same memory */
+  FAKE_M_ROOM_GROWERS_IN_ORDER = 106 /* QUEUE-2: room answers RIG_GROW to a grown thread while a thread that asked before it is still short */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

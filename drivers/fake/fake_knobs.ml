@@ -88,6 +88,7 @@ let mutant_table =
     ("late-word-write", "STOP-6", "the running spin's value lands after stop wrote the last one", 19);
     ("free-touches-new", "STOP-8", "free after stop charges the newest device of the name", 20);
     ("grow-unused", "QUEUE-2", "grow answers Grown having made nothing, so room answers RIG_GROW again", 21);
+    ("room-growers-in-order", "QUEUE-2", "room serves the threads that answered RIG_GROW in the order they first did: one whose grow answered Grown gets RIG_GROW again while an older one's grow was Short", 106);
     ("room-no-hold", "QUEUE-2", "a room that answers RIG_GROW holds none of the free slots, so that another thread's room takes those its growth counted on", 73);
     ("grow-short-drops", "QUEUE-3", "grow answering Short loses what it made (still charged)", 22);
     ("grow-writes-queue", "QUEUE-1", "grow puts the slots it makes straight into the pool room reads", 24);

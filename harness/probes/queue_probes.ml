@@ -76,6 +76,17 @@ module Probe (Pk : Rig_edge.Package) = struct
     | (size, x) :: rest when n > 0 -> P.masked (fun () -> D.free d x); give_back d rest (n - size)
     | _ -> pool
 
+  (* Device memory taken in (size, region) pieces: [size] bytes at a time
+     until alloc answers None. *)
+  let rec take size d acc = match alloc d size with Some x -> take size d ((size, x) :: acc) | None -> acc
+
+  (* All of it, coarse to fine, so that a device with much of it costs a
+     few hundred allocs, not one per 64 bytes (a driver whose alloc is slow
+     is no worse for it): the coarse pieces and the fine ones. *)
+  let take_all d =
+    let coarse = List.concat_map (fun size -> take size d []) [ 1 lsl 20; 1 lsl 16; 1 lsl 12 ] in
+    (coarse, take 4 d [] @ take 64 d [])
+
   (* Full memory: Short n1.  Half of it back: a partial growth, Short n2.
      n2 more bytes: what the partial growth made stayed, so Grown. *)
   let queue3 ~seed =
@@ -83,17 +94,13 @@ module Probe (Pk : Rig_edge.Package) = struct
     let r = Option.get (alloc d 64) in
     let acc = ref [] in
     let s = growing_submission d r in
-    let rec take size acc = match alloc d size with Some x -> take size ((size, x) :: acc) | None -> acc in
-    (* Memory filled coarse to fine, so that a device with much of it costs
-       a few hundred allocs, not one per 64 bytes (a driver whose alloc is
-       slow is no worse for it). *)
-    let coarse = List.concat_map (fun size -> take size []) [ 1 lsl 20; 1 lsl 16; 1 lsl 12 ] in
-    let fine = take 4 [] @ take 64 [] in
+    let coarse, fine = take_all d in
     (* What is given back comes from pieces no bigger than a word and a
        queue part's likely cost, so that it stays close to what grow asked:
        coarse chunks (the smallest first) become such pieces until they hold
        [need] bytes, the memory staying full. *)
     let by_size = List.sort (fun (a, _) (b, _) -> compare (a : int) b) in
+    let take size acc = take size d acc in
     let rec refine fine coarse need =
       let held = List.fold_left (fun a (size, _) -> a + size) 0 fine in
       match by_size coarse with
@@ -247,6 +254,53 @@ module Probe (Pk : Rig_edge.Package) = struct
         List.iter interleaved [ (true, fun _ -> 1); (true, Fun.id); (false, fun _ -> 1); (false, Fun.id) ]);
     !acc
 
+  (* QUEUE-2, "whatever other submissions' growths answer", where one
+     answered Short: with Device memory taken, B's room answers RIG_GROW
+     and its grow Short; the memory given back, A's room answers RIG_GROW,
+     its grow Grown, and A's room after must make room, B not asked again
+     yet (rig asks B's room again after its round of reclamation, on B's
+     thread, in its own time).  A driver that serves growers in the order
+     they asked makes A wait for B.  None when a step does not come as
+     described (room with room to spare, a grow that needs no memory). *)
+  let queue2_beside_short () =
+    let d = open_first () in
+    let r = Option.get (alloc d 64) in
+    let p = agent () and a = agent () and b = agent () in
+    let taken = ref [] and submitted = ref [] in
+    Fun.protect
+      ~finally:(fun () ->
+        List.iter (fun (_, x) -> P.masked (fun () -> D.free d x)) !taken;
+        List.iter (fun (t, s) -> on t (fun () -> finish d s)) !submitted;
+        List.iter quit [ p; a; b ];
+        close d [ r ])
+      (fun () ->
+        (* p's last room answered RIG_GROW: p rooms no more *)
+        let parts = on p (fun () -> growing_parts d r) in
+        let small = fills d r parts and big = fills d r (2 * parts) in
+        let coarse, fine = take_all d in
+        taken := coarse @ fine;
+        match on b (fun () -> room d big) with
+        | Rig_edge.Room -> submitted := [ (b, big) ]; None
+        | Grow -> (
+            match on b (fun () -> grow d) with
+            | Rig_edge.Grown -> None
+            | Short _ -> (
+                List.iter (fun (_, x) -> P.masked (fun () -> D.free d x)) !taken;
+                taken := [];
+                match on a (fun () -> room d small) with
+                | Rig_edge.Room -> submitted := [ (a, small) ]; None
+                | Grow -> (
+                    match on a (fun () -> grow d) with
+                    | Rig_edge.Short _ -> None
+                    | Grown -> (
+                        match on a (fun () -> room d small) with
+                        | Rig_edge.Room -> submitted := [ (a, small) ]; None
+                        | Grow ->
+                            Some
+                              (finding "QUEUE-2"
+                                 "after grow answered Grown for %d parts, room answered RIG_GROW again for them: another thread's grow, for %d parts, had answered Short before (Device memory taken then, given back since), and that thread's room was not asked again"
+                                 parts (2 * parts)))))))
+
   (* Thread A: room (small) answers RIG_GROW.  Thread B: room (big, twice
      the parts) answers RIG_GROW, then grow answers Grown.  Thread C: room
      (small) must still answer RIG_GROW: grow changed nothing the C
@@ -356,7 +410,7 @@ module Probe (Pk : Rig_edge.Package) = struct
       Ran
         ((match name with
          | "probe.QUEUE-1.grow-changes-nothing" -> queue1_all
-         | "probe.QUEUE-2.grown-holds" -> queue2
+         | "probe.QUEUE-2.grown-holds" -> fun ~seed -> (match queue2 ~seed with [] -> Option.to_list (queue2_beside_short ()) | found -> found)
          | _ -> queue3)
            ~seed)
     with Not_applicable_here why -> Not_applicable why
