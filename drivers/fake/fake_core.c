@@ -37,6 +37,7 @@ struct fake_region {
   size_t size;
   int kind;    /* the budget it is charged to, or -1 for a mapping */
   int is_word; /* the device's word: reads it, is in no table */
+  int high;    /* dma-moves-high mutant: allocated with over half its budget in use */
   struct fake_dev *dev;
   struct fake_region *next; /* bucket chain */
 };
@@ -119,6 +120,8 @@ struct fake_dev {
   uint64_t last_value;
   unsigned long allocs;      /* alloc-overlap mutant */
   struct fake_mem *last_mem; /* alloc-overlap and freed-reused-twice mutants */
+  struct fake_mem *aside;    /* free-sets-aside mutant: a dma'd region's memory, freed, still charged */
+  size_t aside_size;
   struct fake_region *peer_window; /* map-peer-one-window mutant: the last map_peer mapping */
   struct fake_region *host_window; /* map-host-one-window mutant: the last map_host mapping */
   int unloaded;                    /* prepare-restarts-after-unload mutant: an image was unloaded */
@@ -431,12 +434,28 @@ struct fake_region *fake_dev_word_region(struct fake_dev *d) { return d->word_re
 
 static struct fake_mem *bus_recycled(size_t n);
 static void bus_unpin(struct fake_mem *m);
+static int bus_holds(struct fake_mem *m);
 
 struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n) {
   struct fake_region *r = NULL;
   dev_lock(d);
-  if (n == 0 || n > room_of(d, kind)) goto out;
   struct fake_mem *m;
+  if (n > 0 && n > room_of(d, kind) && kind == FAKE_DEVICE && d->aside && d->aside->size >= n) {
+    /* The budget is spent: the memory set aside, still on the bus, is
+     * taken back (MEM-11); it was never uncharged. */
+    m = d->aside;
+    d->aside = NULL;
+    r = region_new(d, m, n, kind);
+    if (!r) {
+      mem_unref(m);
+      goto out;
+    }
+    d->used[kind] += n;
+    d->used[kind] -= d->aside_size;
+    table_add(d, r);
+    goto out;
+  }
+  if (n == 0 || n > room_of(d, kind)) goto out;
   d->allocs++;
   if (mutant(d, FAKE_M_ALLOC_OVERLAP) && d->allocs % 2 == 0 && d->last_mem &&
       d->last_mem->size >= n)
@@ -456,6 +475,7 @@ struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n) {
     mem_unref(m);
     goto out;
   }
+  if (kind >= 0 && d->used[kind] > d->cfg.budget[kind] / 2) r->high = 1;
   d->used[kind] += n;
   table_add(d, r);
   if (mutant(d, FAKE_M_ALLOC_OVERLAP)) {
@@ -584,6 +604,14 @@ void fake_free(struct fake_dev *d, struct fake_region *r) {
   if (d->host_window == r) d->host_window = NULL;
   if (r->kind >= 0) d->used[r->kind] -= r->size;
   if (mutant(d, FAKE_M_FREE_UNPINS)) bus_unpin(r->mem);
+  if (mutant(d, FAKE_M_FREE_SETS_ASIDE) && r->kind == FAKE_DEVICE && bus_holds(r->mem)) {
+    /* Kept aside, still charged, for an alloc the budget refuses. */
+    if (d->aside) d->used[FAKE_DEVICE] -= d->aside_size;
+    mem_unref(d->aside);
+    d->aside = mem_ref(r->mem);
+    d->aside_size = r->size;
+    d->used[FAKE_DEVICE] += r->size;
+  }
   if (mutant(d, FAKE_M_FREED_REUSED_TWICE) && r->kind == FAKE_DEVICE) {
     mem_unref(d->last_mem);
     d->last_mem = mem_ref(r->mem);
@@ -663,7 +691,7 @@ int fake_bus_dma(struct fake_dev *d, struct fake_region *r, const char *fn, uint
   if (strlen(fn) >= sizeof ((struct fake_window *)0)->fn) return FAKE_BUS_NOMEM;
   struct fake_mem *m;
   dev_lock(d);
-  if (mutant(d, FAKE_M_DMA_MOVES) && (m = mem_new(r->mem->size))) {
+  if ((mutant(d, FAKE_M_DMA_MOVES) || (mutant(d, FAKE_M_DMA_MOVES_HIGH) && r->high)) && (m = mem_new(r->mem->size))) {
     /* Moved where fn reaches it: r now lies elsewhere, and what mapped its
      * old memory (map_peer) no longer maps r. */
     memcpy(m->bytes, r->mem->bytes, r->mem->size);
@@ -761,6 +789,16 @@ static void bus_unpin(struct fake_mem *m) {
       break;
     }
   bus_unlock();
+}
+
+/* Whether a window of the bus holds m (called with the device's lock held). */
+static int bus_holds(struct fake_mem *m) {
+  int held = 0;
+  bus_lock();
+  for (struct fake_window *w = windows; w; w = w->next)
+    if (w->mem == m) held = 1;
+  bus_unlock();
+  return held;
 }
 
 /* free-unpins mutant: the memory bus_unpin gave back, if it holds n bytes. */

@@ -87,6 +87,8 @@ enum fake_mutant {
   FAKE_M_ENTRY_KEEPS_SCRATCH = 90, /* CODE-3: entry takes f's scratch, then is refused the table it also needs, and keeps the scratch */
   FAKE_M_GROW_PUBLISHES_REST = 103, /* QUEUE-1: grow makes whole chunks of 16 slots and puts what its thread does not need into the free pool */
   FAKE_M_PEER_MAP_SHARED = 104, /* MEM-5: the free of a peer mapping unmaps the device's other mappings of the same memory */
+  FAKE_M_DMA_MOVES_HIGH = 107,  /* MEM-9: dma moves a region allocated with over half the Device budget in use */
+  FAKE_M_FREE_SETS_ASIDE = 108, /* MEM-11: a dma'd region's memory, freed, stays charged and aside; an alloc the budget refuses takes it */
   FAKE_M_ROOM_GROWERS_IN_ORDER = 106 /* QUEUE-2: room answers RIG_GROW to a grown thread while a thread that asked before it is still short */
 };
 

@@ -129,8 +129,10 @@ let mutant_table =
     ("lock-uncounted", "LOCK-3", "alloc holds a mutex of its own while its OCaml code runs, without counting it (rig_hold)", 43);
     ("wait-drops-lock", "ASYNC-2", "sleep gives its mutex back around its wait by hand and takes it again after: an exception that ends the wait skips the re-take, and its handler gives back a mutex it does not hold", 44);
     (* The bus (fake_bus_* of fake_core.c). *)
+    ("dma-moves-high", "MEM-9", "dma moves a region allocated with over half the Device budget in use (beyond what fn reaches) to new memory", 107);
     ("dma-moves", "MEM-9", "dma moves the region's bytes to new memory that fn reaches, and answers Ok", 50);
     ("dma-stale", "MEM-10", "fn reaches a copy of the region taken at dma, never brought up to date either way", 51);
+    ("free-sets-aside", "MEM-11", "a dma'd region's memory, freed, stays charged and is set aside; an alloc the Device budget refuses takes it back, still on the bus", 108);
     ("free-unpins", "MEM-11", "free of a dma'd region gives its memory, still on the bus, to the next alloc", 52);
     ("stop-releases-function", "MEM-11", "stop lets another open's dma take the function a dma of the device kept", 53);
   ]

@@ -50,6 +50,22 @@ module Bus (P : Package) = struct
         match K.wait_value s dev v ~ms:3000 with
         | Reached -> true
         | w -> K.flag s "%s (value %d): %s" what v (K.describe_wait w); false)
+
+  (* Device memory of [dev] taken, at most [cap] bytes in all (the cost of
+     filling it stays bounded on a device with much of it). *)
+  let cap = 256 lsl 20
+  let take_most s dev = K.take s dev (min cap (K.free_bytes s dev))
+
+  (* Fills [regions] with [y], 64 parts a submission; false (with a
+     finding) when the work could not run. *)
+  let fill_all s dev regions y what =
+    let rec go = function
+      | [] -> true
+      | rs ->
+          let now = List.filteri (fun i _ -> i < 64) rs and rest = List.filteri (fun i _ -> i >= 64) rs in
+          work s dev (List.map (fun (x : K.reg) -> K.fill_part x ~off:0 ~len:x.size ~byte:y) now) what && go rest
+    in
+    go regions
 end
 
 (* MEM-9: after an Ok, r still lies where it lay: locate answers the same,
@@ -88,6 +104,53 @@ let mem9_stays_put (module P : Package) ~seed =
              K.flag s "after dma ~fn:%S answered %s, r no longer holds the bytes written before: %s" fn (B.show bus)
                (B.first_difference got p0)
          | _ -> ());
+      (* Again with a region allocated behind most of the Device memory
+         (at most 256 MiB taken first, then given back): a driver whose fn
+         reaches part of the memory only (a BAR smaller than the GPU's
+         memory) must answer Error for a region beyond it, not move it
+         there. *)
+      let n_late = word * (1 + K.int s 1024) in
+      let ahead = B.take_most s owner in
+      let rec room_for_r taken =
+        match K.alloc s owner Device n_late with
+        | Some r -> Some r
+        | None -> ( match taken with x :: rest -> K.free_reg x; room_for_r rest | [] -> None)
+      in
+      let late = room_for_r ahead in
+      (* the rest given back first: a driver that moves r has room to *)
+      List.iter K.free_reg ahead;
+      (match late with
+      | None -> ()
+      | Some r -> (
+          let p = K.pattern s n_late in
+          let host = K.write r ~off:0 p in
+          let mp = Option.map (fun a -> K.map_peer s a r) mapper in
+          let mp = match mp with Some m when K.reachable m -> Some m | _ -> None in
+          let before = K.place r in
+          let late = "of a region allocated behind most of the Device memory" in
+          match K.call owner (fun () -> P.D.dma owner.d r.region ~fn) with
+          | Error _ -> ()
+          | Ok bus -> (
+              let after = K.place r in
+              if after.handle <> before.handle || after.size <> before.size then
+                K.flag s "dma ~fn:%S %s answered %s, and locate then answered handle %Ld size %d, not handle %Ld size %d: r moved"
+                  fn late (B.show bus) after.handle after.size before.handle before.size
+              else if host then (
+                match K.read r ~off:0 ~len:n_late with
+                | Some got when got <> p ->
+                    K.flag s "after dma ~fn:%S %s answered %s, r no longer holds the bytes written before: %s" fn late
+                      (B.show bus) (B.first_difference got p)
+                | _ -> ());
+              match mp with
+              | Some mp ->
+                  let p1 = K.pattern s n_late in
+                  if K.write r ~off:0 p1 then (
+                    match K.read mp ~off:0 ~len:n_late with
+                    | Some got when got <> p1 ->
+                        K.flag s "after dma ~fn:%S %s answered %s, bytes written into r do not show through %s's map_peer of r made before (%s): r's memory moved"
+                          fn late (B.show bus) mp.dev.oname (B.first_difference got p1)
+                    | _ -> ())
+              | None -> ())));
       match mp with
       | None -> if not host then B.skip "neither host access to r nor a map_peer of it shows where r's memory lies"
       | Some mp ->
@@ -189,37 +252,47 @@ let mem11_memory_kept (module P : Package) ~seed =
         | Ok _ -> true
       in
       K.free_reg r;
-      K.close s a;
-      if not (K.settled a ~ms:3000) then B.skip "setup: the device's word did not reach its last value after stop";
-      K.release_dev s a;
-      if kept (spf "after the free of r and the stop of %s" o.name) then
-        (* a new open refused keeps d's function from it (function-kept):
-           what was judged stands *)
-        match K.open_dev s o with
-        | exception Probes.Not_opened _ -> ()
-        | b ->
-            (* Same-sized regions first: an allocator that takes the memory back
-               gives it to one of them. *)
-            let sizes = List.init (3 + K.int s 4) (fun _ -> n) @ [ word * (1 + K.int s 4096) ] in
-            let regions = List.filter_map (fun k -> K.alloc s b Device k) sizes in
-            let y = K.byte s in
-            let fills = List.map (fun (x : K.reg) -> K.fill_part x ~off:0 ~len:x.size ~byte:y) regions in
-            if regions <> [] && B.work s b fills (spf "Fills of %d regions of a new open of %s" (List.length regions) o.name)
-               && kept (spf "after %s was opened again and its new regions were filled with %02x" o.name y)
-            then begin
-              let p2 = String.init n (fun _ -> Char.chr (K.other_byte s y)) in
-              match B.bus_write ag ~fn bus p2 with
-              | Error why -> K.flag s "fn %S could no longer write at %s that dma answered: %s" fn (B.show bus) why
-              | Ok () ->
-                  List.iteri
-                    (fun i (x : K.reg) ->
-                      match K.read x ~off:0 ~len:x.size with
-                      | Some got when got <> String.make x.size (Char.chr y) ->
-                          K.flag s "fn %S wrote at %s, and region %d (%d bytes) of the new open of %s changed: %s: it shares the memory dma gave fn"
-                            fn (B.show bus) i x.size o.name (B.first_difference got (String.make x.size (Char.chr y)))
-                      | _ -> ())
-                    regions
-            end)
+      (* "out of any other allocation", on the same device first: after
+         the free of r, its Device memory taken (at most 256 MiB, to its
+         end, where an allocator that sets freed Bus memory aside takes it
+         back) and filled; fn's bytes stay *)
+      let others = B.take_most s a in
+      let y0 = K.byte s in
+      let filled = others <> [] && B.fill_all s a others y0 (spf "Fills of %d regions of %s allocated after the free of r" (List.length others) o.name) in
+      List.iter K.free_reg others;
+      if (not filled) || kept (spf "after the free of r and Fills with %02x of the %d regions of %s allocated then" y0 (List.length others) o.name) then begin
+        K.close s a;
+        if not (K.settled a ~ms:3000) then B.skip "setup: the device's word did not reach its last value after stop";
+        K.release_dev s a;
+        if kept (spf "after the free of r and the stop of %s" o.name) then
+          (* a new open refused keeps d's function from it (function-kept):
+             what was judged stands *)
+          match K.open_dev s o with
+          | exception Probes.Not_opened _ -> ()
+          | b ->
+              (* Same-sized regions first: an allocator that takes the memory back
+                 gives it to one of them. *)
+              let sizes = List.init (3 + K.int s 4) (fun _ -> n) @ [ word * (1 + K.int s 4096) ] in
+              let regions = List.filter_map (fun k -> K.alloc s b Device k) sizes in
+              let y = K.byte s in
+              let fills = List.map (fun (x : K.reg) -> K.fill_part x ~off:0 ~len:x.size ~byte:y) regions in
+              if regions <> [] && B.work s b fills (spf "Fills of %d regions of a new open of %s" (List.length regions) o.name)
+                 && kept (spf "after %s was opened again and its new regions were filled with %02x" o.name y)
+              then begin
+                let p2 = String.init n (fun _ -> Char.chr (K.other_byte s y)) in
+                match B.bus_write ag ~fn bus p2 with
+                | Error why -> K.flag s "fn %S could no longer write at %s that dma answered: %s" fn (B.show bus) why
+                | Ok () ->
+                    List.iteri
+                      (fun i (x : K.reg) ->
+                        match K.read x ~off:0 ~len:x.size with
+                        | Some got when got <> String.make x.size (Char.chr y) ->
+                            K.flag s "fn %S wrote at %s, and region %d (%d bytes) of the new open of %s changed: %s: it shares the memory dma gave fn"
+                              fn (B.show bus) i x.size o.name (B.first_difference got (String.make x.size (Char.chr y)))
+                        | _ -> ())
+                      regions
+              end
+      end)
 
 (* MEM-11, the function: "keep d's function from any other open".  Two
    readings (spec/decisions.md): fn, the PCI function dma gave d's memory,
