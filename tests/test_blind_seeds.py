@@ -45,6 +45,11 @@ SETS = [
     ("test_blind_sf", "BLINDSF"),
     ("test_blind_c7b", "BLINDC7B"),
     ("test_blind_st8", "BLINDST8"),
+    ("test_blind_s3c", "BLINDS3C"),
+    ("test_blind_qs", "BLINDQS"),
+    ("test_blind_sg", "BLINDSG"),
+    ("test_blind_mb", "BLINDMB"),
+    ("test_blind_gq", "BLINDGQ"),
 ]
 
 
