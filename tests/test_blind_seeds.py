@@ -50,6 +50,7 @@ SETS = [
     ("test_blind_sg", "BLINDSG"),
     ("test_blind_mb", "BLINDMB"),
     ("test_blind_gq", "BLINDGQ"),
+    ("test_blind_ts", "BLINDTS"),
 ]
 
 

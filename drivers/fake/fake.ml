@@ -20,7 +20,6 @@ external c_charge : cdev -> int -> int -> unit = "fake_stub_charge"
 external c_word_region : cdev -> nativeint = "fake_stub_word_region"
 external c_alloc : cdev -> int -> int -> nativeint = "fake_stub_alloc"
 external c_map_peer : cdev -> nativeint -> nativeint = "fake_stub_map_peer"
-external c_detach : cdev -> nativeint -> unit = "fake_stub_detach"
 external c_map_host : cdev -> nativeint -> int -> nativeint = "fake_stub_map_host"
 external c_free : cdev -> nativeint -> unit = "fake_stub_free"
 external c_region_handle : nativeint -> int64 = "fake_stub_region_handle"
@@ -75,8 +74,6 @@ type t = {
   reads_after_stop : int Atomic.t;  (** the signaled-gone-after-stop mutant's count *)
   sleepers : sleepers;  (** the commit-fails-beside-sleep mutant's *)
   nth_open : int;  (** 1 for the first open of its name, 2 for the next...: the peer-two-opens mutant reads it *)
-  exported : (cdev * region) list Atomic.t;
-      (** other devices' peer mappings of this device's memory: the stop-unmaps-peers mutant's *)
   facts : region E.facts;
 }
 
@@ -343,18 +340,10 @@ module D = struct
           | Memory m, Some n when n.id <> t.id -> c_charge n.dev (kind_code m) r.place.size
           | _ -> ())
 
-  let map_peer t t' r =
+  let map_peer t _t' r =
     counted t "map_peer" (fun () ->
         if Atomic.get r.freed then invalid_arg "fake: map_peer of a freed region";
-        let m = region_of t Peer_mapping (c_map_peer t.dev r.ptr) in
-        if t'.mut = m_stop_unmaps_peers then begin
-          let rec push () =
-            let l = Atomic.get t'.exported in
-            if not (Atomic.compare_and_set t'.exported l ((t.dev, m) :: l)) then push ()
-          in
-          push ()
-        end;
-        m)
+        region_of t Peer_mapping (c_map_peer t.dev r.ptr))
 
   let map_host t p n =
     counted t "map_host" (fun () ->
@@ -604,9 +593,7 @@ module D = struct
           (* an injected raise ends stop before it ends the device's work,
              as an asynchronous exception may (STOP-7) *)
           ignore (injected "stop");
-          c_stop t.dev;
-          if t.mut = m_stop_unmaps_peers then
-            List.iter (fun (dev, m) -> if not (Atomic.get m.freed) then c_detach dev m.ptr) (Atomic.get t.exported)
+          c_stop t.dev
         end)
 
   let unload i =
@@ -679,7 +666,6 @@ let open_device slot =
       reads_after_stop = Atomic.make 0;
       sleepers;
       nth_open = 1 + Atomic.fetch_and_add opens_of_name.(slot) 1;
-      exported = Atomic.make [];
       facts =
         {
           E.may_block = cfg.may_block;

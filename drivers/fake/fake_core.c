@@ -49,6 +49,7 @@ struct fake_fn {
   uint64_t entry;   /* 0 until entry made it */
   uint64_t charged; /* Device bytes its entries hold */
   int by_prepare;   /* made by a prepare, not yet asked by entry (prepare-restarts-prepared) */
+  int deferred;     /* scratch-at-launch mutant: its scratch not made yet */
 };
 
 struct fake_image {
@@ -487,17 +488,13 @@ out:
   return r;
 }
 
+/* [r] maps fresh zeroed memory from now on, as if unmapped (the
+ * peer-map-shared mutant). */
 static void region_detach(struct fake_region *r) {
   struct fake_mem *m = mem_new(r->size);
   if (!m) return;
   mem_unref(r->mem);
   r->mem = m;
-}
-
-void fake_detach(struct fake_dev *d, struct fake_region *r) {
-  dev_lock(d);
-  region_detach(r);
-  dev_unlock(d);
 }
 
 struct fake_region *fake_map_peer(struct fake_dev *d, struct fake_region *r) {
@@ -874,6 +871,12 @@ static int64_t make_entry(struct fake_dev *d, struct fake_fn *f) {
     if (mutant(d, FAKE_M_ENTRY_LEAKS)) d->used[FAKE_DEVICE] += room;
     return FAKE_ENTRY_NO_MEMORY;
   }
+  if (mutant(d, FAKE_M_SCRATCH_AT_LAUNCH)) {
+    /* the room checked (CODE-3), the scratch made at the first launch */
+    f->deferred = 1;
+    f->entry = new_handle();
+    return (int64_t)f->entry;
+  }
   d->used[FAKE_DEVICE] += f->scratch;
   f->charged += f->scratch;
   f->entry = new_handle();
@@ -1219,6 +1222,21 @@ static int launches_refused(struct fake_dev *d, const struct rig_submission *s) 
   return 0;
 }
 
+/* scratch-at-launch mutant: the first launch of an entry makes its
+ * scratch; with no room for it the submit fails (CODE-2). */
+static int scratch_refused(struct fake_dev *d, const struct rig_submission *s) {
+  for (uint32_t i = 0; i < s->n_parts; i++) {
+    if (s->parts[i].op != RIG_OP_LAUNCH) continue;
+    struct fake_fn *f = entry_find(d, s->parts[i].a[0]);
+    if (!f || !f->deferred) continue;
+    if (f->scratch > room_of(d, FAKE_DEVICE)) return 1;
+    d->used[FAKE_DEVICE] += f->scratch;
+    f->charged += f->scratch;
+    f->deferred = 0;
+  }
+  return 0;
+}
+
 static int q_submit(void *dev, const struct rig_submission *s, uint64_t value) {
   struct fake_dev *d = dev;
   uint32_t n = slots_of(s);
@@ -1227,7 +1245,7 @@ static int q_submit(void *dev, const struct rig_submission *s, uint64_t value) {
   await_sleeps(d);
   if (d->stopping) goto out;
   if (!mutant(d, FAKE_M_FAILED_SUBMIT_FORGOTTEN)) d->last_value = value; /* also when this submit fails (STOP-3) */
-  if (injected(d, FAKE_INJ_SUBMIT) || launches_refused(d, s)) goto out;
+  if (injected(d, FAKE_INJ_SUBMIT) || launches_refused(d, s) || scratch_refused(d, s)) goto out;
   struct fake_thread *t = thread_find(d);
   if (!t || t->reserved < n || d->free_count < n) goto out;
   t->reserved -= n;

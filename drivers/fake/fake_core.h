@@ -89,6 +89,7 @@ enum fake_mutant {
   FAKE_M_PEER_MAP_SHARED = 104, /* MEM-5: the free of a peer mapping unmaps the device's other mappings of the same memory */
   FAKE_M_DMA_MOVES_HIGH = 107,  /* MEM-9: dma moves a region allocated with over half the Device budget in use */
   FAKE_M_FREE_SETS_ASIDE = 108, /* MEM-11: a dma'd region's memory, freed, stays charged and aside; an alloc the budget refuses takes it */
+  FAKE_M_SCRATCH_AT_LAUNCH = 109,  /* CODE-2: entry checks the room but makes f's scratch at its first launch, whose submit fails without room */
   FAKE_M_ROOM_GROWERS_IN_ORDER = 106 /* QUEUE-2: room answers RIG_GROW to a grown thread while a thread that asked before it is still short */
 };
 
@@ -130,9 +131,6 @@ struct fake_region *fake_dev_word_region(struct fake_dev *d);
 /* ------------------------------------------------------------ regions */
 
 struct fake_region *fake_alloc(struct fake_dev *d, int kind, size_t n);
-/* [r] maps fresh zeroed memory from now on, as if it had been unmapped
- * (the stop-unmaps-peers mutant). */
-void fake_detach(struct fake_dev *d, struct fake_region *r);
 struct fake_region *fake_map_peer(struct fake_dev *d, struct fake_region *r);
 /* p is page-aligned; NULL if not or on no memory. */
 struct fake_region *fake_map_host(struct fake_dev *d, void *p, size_t n);

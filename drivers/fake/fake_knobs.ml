@@ -37,7 +37,6 @@ let mutant_table =
     ("peer-two-opens", "MEM-4", "peer answers false for a device opened under a name that two opens before it had (its peer table holds two per name), though map_peer maps", 83);
     ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
     ("peer-map-shared", "MEM-5", "the free of a peer mapping unmaps the device's other mappings of the same memory (one mapping per memory, shared with no count)", 104);
-    ("stop-unmaps-peers", "MEM-5", "stop unmaps the other devices' peer mappings of the device's memory, not yet freed", 105);
     ("map-peer-one-window", "MEM-5", "a map_peer unmaps the device's previous map_peer mapping (which keeps a copy), not yet freed", 62);
     ("map-host-one-window", "MEM-7", "a map_host takes the device's one host window: the previous host mapping, not yet freed, is left with a copy of its pages", 75);
     ("map-host-remap-copies", "MEM-7", "a map_host of the pages where the device's last map_host began maps a copy of them, which the host never sees", 84);
@@ -45,6 +44,7 @@ let mutant_table =
     ("dma-vague", "MEM-8", "dma's Error for a malformed bus address does not name it", 5);
     ("image-takes-anything", "CODE-1", "image takes a binary without its header as empty", 6);
     ("entry-remakes", "CODE-2", "a second entry for f makes new scratch and a new handle", 7);
+    ("scratch-at-launch", "CODE-2", "entry checks that f's scratch fits but makes it at f's first launch, whose submit fails when the Device memory is full by then", 109);
     ("prepare-flushes-entries", "CODE-2", "a prepare that makes f's entry drops the entries of the image's other functions (a one-slot cache), so that their next entry makes a new handle", 80);
     ("entry-leaks", "CODE-3", "entry keeps the scratch it could allocate on No_memory", 8);
     ("entry-full-no-memory", "CODE-3", "entry answers No_memory also when the free Device memory is exactly what f's scratch needs", 71);
@@ -175,7 +175,6 @@ let m_signaled_gone_after_stop = 99
 let m_commit_fails_beside_sleep = 100
 let m_locate_cache_torn = 101
 let m_exit_handler_unshielded = 102
-let m_stop_unmaps_peers = 105
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64
 let m_sleep_fault_unblocked = 65

@@ -66,7 +66,6 @@ val m_signaled_gone_after_stop : int
 val m_commit_fails_beside_sleep : int
 val m_locate_cache_torn : int
 val m_exit_handler_unshielded : int
-val m_stop_unmaps_peers : int
 val m_alloc_not_reentrant : int
 val m_signaled_try_lock : int
 val m_sleep_fault_unblocked : int

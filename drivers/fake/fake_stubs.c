@@ -95,11 +95,6 @@ value fake_stub_map_peer(value dev, value r) {
   return ptr_value(fake_map_peer(Dev_val(dev), Region_val(r)));
 }
 
-value fake_stub_detach(value dev, value r) {
-  fake_detach(Dev_val(dev), Region_val(r));
-  return Val_unit;
-}
-
 value fake_stub_map_host(value dev, value p, value n) {
   return ptr_value(fake_map_host(Dev_val(dev), (void *)Nativeint_val(p), (size_t)Long_val(n)));
 }

@@ -68,9 +68,39 @@ let code2_entry (module P : Package) ~seed =
               | No_memory k -> K.flag s "entry of %S after a prepare of %S answered No_memory %d, having answered Entry" spin other k)
           | _ -> ())
       | _ -> ());
-      (* A launch with the device's memory full must still run. *)
       let launch = [ Launch { entry = h; args = [] } ] in
-      ignore (K.run_or_skip s dev launch "a first launch of the scratch function");
+      (* The first launch of f with the Device memory full, the queues
+         holding a launch already (kit.spin's, run to its end): room takes
+         it, so a submit that then fails needed memory to launch f ("so that
+         the driver's submit allocates nothing to launch f").  A room or
+         grow that needs memory is the queues', not this clause's. *)
+      let first_full =
+        match P.kit.spin with
+        | None -> `Not_tried
+        | Some spin -> (
+            let bi = K.binary_image s dev in
+            match K.entry bi spin with
+            | Entry g -> (
+                ignore (K.run_or_skip s dev [ Launch { entry = g; args = [ 1L ] } ] "a launch of kit.spin for 1 ms");
+                let fillers = K.take s dev max_int in
+                let outcome =
+                  match K.submit dev launch with
+                  | Error ("submit failed" | "commit failed" as why) ->
+                      K.flag s "the first launch of %S, with the Device memory full and the queues holding a launch already, could not be made: %s (its entry was made before): the driver's submit needed memory to launch it" f why;
+                      `Lost
+                  | Error _ -> `Not_tried
+                  | Ok v -> (
+                      match K.wait_value s dev v ~ms:3000 with
+                      | Reached -> `Ran
+                      | w -> K.flag s "the first launch of %S with the Device memory full: %s" f (K.describe_wait w); `Lost)
+                in
+                List.iter K.free_reg fillers;
+                outcome)
+            | _ -> `Not_tried)
+      in
+      if first_full <> `Lost then begin
+      (* A launch with the device's memory full must still run. *)
+      if first_full = `Not_tried then ignore (K.run_or_skip s dev launch "a first launch of the scratch function");
       let fillers = K.take s dev max_int in
       (match K.submit dev launch with
       | Error _ -> () (* queues may need memory: not this clause *)
@@ -79,7 +109,8 @@ let code2_entry (module P : Package) ~seed =
           | Reached -> ()
           | w -> K.flag s "a launch of %S with the Device memory full: %s" f (K.describe_wait w)));
       if dev.lost = None then ignore (K.wait_value s dev dev.last ~ms:3000);
-      List.iter K.free_reg fillers)
+      List.iter K.free_reg fillers
+      end)
 
 (* CODE-3: No_memory n (n >= the need), having made nothing. *)
 let code3_no_memory (module P : Package) ~seed =

@@ -13,9 +13,14 @@ module Probe (Pk : Rig_edge.Package) = struct
 
   exception Not_applicable_here of string
 
+  (* An opener's make that raises (a device busy, a thread refused) leaves
+     the round with nothing to judge. *)
   let open_first () =
     match Pk.openers () with
-    | o :: _ -> P.masked o.make
+    | o :: _ -> (
+        match P.masked o.make with
+        | d -> d
+        | exception e -> raise (Not_applicable_here ("setup: the opener's make raised " ^ Printexc.to_string e)))
     | [] -> raise (Not_applicable_here "the driver has no device")
 
   let alloc d n = P.masked (fun () -> D.alloc d Rig_edge.Device n)
@@ -401,7 +406,9 @@ module Probe (Pk : Rig_edge.Package) = struct
         let rec rounds = function
           | [] -> []
           | b_parts :: rest -> (
-              match queue1_exhausted ~b_parts with Some x -> [ x ] | None -> rounds rest)
+              match queue1_exhausted ~b_parts with
+              | Some x -> [ x ]
+              | None | (exception Not_applicable_here _) -> rounds rest)
         in
         rounds [ 2; 3; 5 ]
 
@@ -410,7 +417,11 @@ module Probe (Pk : Rig_edge.Package) = struct
       Ran
         ((match name with
          | "probe.QUEUE-1.grow-changes-nothing" -> queue1_all
-         | "probe.QUEUE-2.grown-holds" -> fun ~seed -> (match queue2 ~seed with [] -> Option.to_list (queue2_beside_short ()) | found -> found)
+         | "probe.QUEUE-2.grown-holds" ->
+             fun ~seed ->
+               (match queue2 ~seed with
+               | [] -> ( match queue2_beside_short () with f -> Option.to_list f | exception Not_applicable_here _ -> [])
+               | found -> found)
          | _ -> queue3)
            ~seed)
     with Not_applicable_here why -> Not_applicable why
