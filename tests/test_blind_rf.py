@@ -65,6 +65,17 @@ BROKEN = {
 # The certifier's misses: driver -> what it said.  The expectation above
 # stays; the mark comes off once the certifier catches it.
 MISSED: dict = {}
+
+# Broken drivers the certifier judges right in some runs only: driver ->
+# what it said (xfail, not strict).  Since probe.CODE-7.prepare-raises asks
+# three prepares after an ended one (a clean prepare may make nothing: its
+# helper thread refused, rf-ok-give-up), a later prepare whose worker start
+# is refused withdraws the stale mark rf-ok-burst-worker left, and the next
+# one makes f: caught at seeds 1-4 alone, missed once under the whole
+# suite's load (a CI rehearsal).
+UNSTABLE = {
+    "rf-ok-burst-worker": "CODE-7 pass under load once: no violation in 3 run(s) of probe.CODE-7.prepare-idle, prepare-raises, prepare-started",
+}
 # rf-deferred-reap was missed until probe.STOP-8.old-frees followed each
 # unload of the old device by an unload on the new one of an image with no
 # entry: its deferred frees, left when its reaper is refused, reach the
@@ -89,7 +100,7 @@ CONFORMING = {
 }
 
 
-@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
+@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED, UNSTABLE))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     assert_fails_exactly(BLINDRF, driver, BROKEN[driver], tmp_path)
 
