@@ -93,17 +93,22 @@ let mem9_stays_put (module P : Package) ~seed =
       let p0 = K.pattern s n in
       let host = K.write r ~off:0 p0 in
       let before = K.place r in
+      (* After dma answered [bus] for r: locate answers as [before], and,
+         where the host reaches r, r holds [p] ([where]: which r) *)
+      let stayed ?(where = "") (r : K.reg) bus (before : place) p host =
+        let after = K.place r in
+        if after.handle <> before.handle || after.size <> before.size then
+          K.flag s "dma ~fn:%S%s answered %s, and locate then answered handle %Ld size %d, not handle %Ld size %d: r moved"
+            fn where (B.show bus) after.handle after.size before.handle before.size;
+        if host then
+          match K.read r ~off:0 ~len:r.size with
+          | Some got when got <> p ->
+              K.flag s "after dma ~fn:%S%s answered %s, r no longer holds the bytes written before: %s" fn where (B.show bus)
+                (B.first_difference got p)
+          | _ -> ()
+      in
       let bus = B.dma r fn in
-      let after = K.place r in
-      if after.handle <> before.handle || after.size <> before.size then
-        K.flag s "dma ~fn:%S answered %s, and locate then answered handle %Ld size %d, not handle %Ld size %d: r moved"
-          fn (B.show bus) after.handle after.size before.handle before.size;
-      (if host then
-         match K.read r ~off:0 ~len:n with
-         | Some got when got <> p0 ->
-             K.flag s "after dma ~fn:%S answered %s, r no longer holds the bytes written before: %s" fn (B.show bus)
-               (B.first_difference got p0)
-         | _ -> ());
+      stayed r bus before p0 host;
       (* Again with a region allocated behind most of the Device memory
          (at most 256 MiB taken first, then given back): a driver whose fn
          reaches part of the memory only (a BAR smaller than the GPU's
@@ -131,16 +136,7 @@ let mem9_stays_put (module P : Package) ~seed =
           match K.call owner (fun () -> P.D.dma owner.d r.region ~fn) with
           | Error _ -> ()
           | Ok bus -> (
-              let after = K.place r in
-              if after.handle <> before.handle || after.size <> before.size then
-                K.flag s "dma ~fn:%S %s answered %s, and locate then answered handle %Ld size %d, not handle %Ld size %d: r moved"
-                  fn late (B.show bus) after.handle after.size before.handle before.size
-              else if host then (
-                match K.read r ~off:0 ~len:n_late with
-                | Some got when got <> p ->
-                    K.flag s "after dma ~fn:%S %s answered %s, r no longer holds the bytes written before: %s" fn late
-                      (B.show bus) (B.first_difference got p)
-                | _ -> ());
+              stayed ~where:(" " ^ late) r bus before p host;
               match mp with
               | Some mp ->
                   let p1 = K.pattern s n_late in
