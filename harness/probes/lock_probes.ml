@@ -351,8 +351,9 @@ module Probe (Pk : Rig_edge.Package) = struct
   (* ------------------------------------------------------------ SIG-3 *)
 
   (* While a sleep blocks on an idle device (the word unmoved), another
-     OCaml thread must run.  That thread, the counter, loops on
-     Thread.yield; the probe compares what it got while sleeps were in
+     OCaml thread must run.  That thread, the counter, loops on naps of
+     0.5 ms that release the runtime (a C stub that notes when each nap
+     began and ended); the probe compares what it got while sleeps were in
      flight with what it gets while this thread waits in Thread.delay
      (which releases the runtime), just before and just after, as long
      each time.
@@ -360,22 +361,26 @@ module Probe (Pk : Rig_edge.Package) = struct
      First measure: the time the counter waited for the runtime.  The
      kernel accounts each thread's time it ran and the time it waited,
      runnable, for a CPU (/proc/<pid>/task/<tid>/schedstat); the rest of
-     the wall time the thread slept, and the counter sleeps only while it
-     waits for the runtime.  What other threads of the process (the
-     driver's helpers, the runtime's tick) ran or waited for a CPU meanwhile
-     is taken off: an OCaml helper that runs holds the runtime as of right
-     (a C thread that runs is taken off too, which can only hide a kept
-     runtime, never show one).  Load does not move that figure: under a
+     the wall time the thread slept, and the counter sleeps only in its
+     naps, which it notes, and while it waits for the runtime.  (A nap's
+     note ends once the thread runs again, so a wait for a CPU at its end
+     is taken off twice: that can only hide a kept runtime.)  The counter
+     used to spin on Thread.yield instead, at the cost of a CPU for the
+     whole probe: 0.8 s of a certification's 4.  What other threads of
+     the process (the driver's helpers, the runtime's tick) ran or waited
+     for a CPU meanwhile is taken off: an OCaml helper that runs holds the
+     runtime as of right (a C thread that runs is taken off too, which can
+     only hide a kept runtime, never show one).  Load does not move that figure: under a
      dozen busy processes on two cores a conforming sleep's counter slept
      0-4 ms of some 270, where it waited for a CPU most of the time (a
      sleeping thread that holds the runtime for a moment between two waits
      is seldom descheduled in that moment).  Only the part of it that
-     falls in the counter's own pauses of 1 ms or more counts: a runtime
-     handed to and fro with a busy helper of the driver thousands of times
-     leaves some tens of us per hand-over in which neither thread runs
-     (the wake-up), 70 ms in 260 (s3c-helper-busy-in-sleep), and no such
-     pause.  So this one stands alone where the kernel keeps these
-     figures.  A wait keeps the runtime
+     falls in the counter's own pauses of 1 ms or more (from a nap's end
+     to its next turn) counts: a runtime handed to and fro with a busy
+     helper of the driver thousands of times leaves some tens of us per
+     hand-over in which neither thread runs (the wake-up), 70 ms in 260
+     (s3c-helper-busy-in-sleep), and no such pause.  So this one stands
+     alone where the kernel keeps these figures.  A wait keeps the runtime
      when that held time is 15% of the sleeps' time beyond what the free
      waits show, or at least 10 ms and half of one sleep beyond it (a wait
      that keeps it for one call in three, or for long sleeps only).
@@ -417,6 +422,12 @@ module Probe (Pk : Rig_edge.Package) = struct
   let pause_note_ms = 1.
   let pause_floor_ms = 10.
   let pause_over_free = 2.
+
+  (* The counter's nap: short next to the pauses that count, long next to
+     a turn (some us), so that the counter costs a few per cent of a CPU. *)
+  let nap_us = 500
+
+  external nap : int -> Float.Array.t -> unit = "rig_probe_nap"
 
   type held = {
     in_sleeps : float;  (** ms the runtime was held over all sleeps *)
@@ -476,7 +487,10 @@ module Probe (Pk : Rig_edge.Package) = struct
     let sleeper_queued = Option.map snd (sched_times sleeper) in
     { at = now_ms (); counter = sched_times counter; others; sleeper_queued }
 
-  let held_between a b =
+  (* The time intervals (from, to) give to the window (w0, w1). *)
+  let overlap intervals (w0, w1) = List.fold_left (fun s (p0, p1) -> s +. Float.max 0. (Float.min p1 w1 -. Float.max p0 w0)) 0. intervals
+
+  let held_between ~naps a b =
     match (a.counter, b.counter) with
     | Some (r0, q0), Some (r1, q1) ->
         let others_busy =
@@ -484,7 +498,7 @@ module Probe (Pk : Rig_edge.Package) = struct
             (fun s (tid, t1) -> s +. t1 -. Option.value (List.assoc_opt tid a.others) ~default:0.)
             0. b.others
         in
-        Some (b.at -. a.at -. (r1 -. r0) -. (q1 -. q0) -. others_busy)
+        Some (b.at -. a.at -. (r1 -. r0) -. (q1 -. q0) -. others_busy -. overlap naps (a.at, b.at))
     | _ -> None
 
   (* The longest part of a pause (from, to) within one window (from, to). *)
@@ -498,7 +512,7 @@ module Probe (Pk : Rig_edge.Package) = struct
           best pauses)
       (0., 0) windows
 
-  let sig3_measure d ~turns ~pauses ~tids =
+  let sig3_measure d ~turns ~pauses ~naps ~tids =
     let mark () =
       match tids with
       | Some (counter, sleeper) -> mark ~counter ~sleeper
@@ -513,7 +527,7 @@ module Probe (Pk : Rig_edge.Package) = struct
       let before = Atomic.get turns and m0 = mark () in
       Thread.delay (ms /. 1000.);
       let m1 = mark () in
-      (float (Atomic.get turns - before) /. (m1.at -. m0.at), (m0.at, m1.at, 0), (held_between m0 m1, m1.at -. m0.at))
+      (float (Atomic.get turns - before) /. (m1.at -. m0.at), (m0.at, m1.at, 0), (m0, m1))
     in
     let w = D.signaled d in
     (* The sleeps' total is taken from the first mark to the last: one
@@ -536,7 +550,7 @@ module Probe (Pk : Rig_edge.Package) = struct
               ~unqueued:((m1.at -. m0.at -. queued) :: unqueued)
               ~inside:(inside + Atomic.get turns - before)
               ~windows:((m0.at, m1.at, still_ms) :: windows)
-              ~helds:((held_between m0 m1, m1.at -. m0.at, still_ms) :: helds)
+              ~helds:((m0, m1) :: helds)
         | exception e -> raise (Skip (spf "sleep on an idle device raised %s" (Printexc.to_string e)))
     in
     let r0, f0, h0 = free_wait blocked_goal_ms in
@@ -544,17 +558,26 @@ module Probe (Pk : Rig_edge.Package) = struct
       sleeps ~calls:0 ~blocked_ms:0. ~unqueued:[] ~inside:0 ~windows:[] ~helds:[]
     in
     let waits_entered = P.waits () - waits0 in
+    let r1, f1, h1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
+    (* The nap under way at the last mark is noted once the counter has
+       turned after it. *)
+    let turned = Atomic.get turns in
+    while Atomic.get turns < turned + 2 do
+      Thread.delay 0.0002
+    done;
+    let noted = Atomic.get pauses and naps = Atomic.get naps in
+    let held_between = held_between ~naps in
     let held_in_sleeps =
       match (!first_mark, !last_mark) with Some a, Some b -> held_between a b | _ -> None
     in
-    let r1, f1, h1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
-    let noted = Atomic.get pauses in
+    let helds = List.map2 (fun (m0, m1) (_, _, still_ms) -> (held_between m0 m1, m1.at -. m0.at, still_ms)) helds windows in
+    let h0 = (let m0, m1 = h0 in (held_between m0 m1, m1.at -. m0.at)) and h1 = (let m0, m1 = h1 in (held_between m0 m1, m1.at -. m0.at)) in
     (* Held time counts only where the counter stood still for a pause of
        its own (1 ms or more): a runtime handed to and fro between the
        counter and a helper of the driver thousands of times (each
        hand-over a wake-up, some tens of us in which neither runs) leaves
        no such pause. *)
-    let paused (w0, w1) = List.fold_left (fun s (p0, p1) -> s +. Float.max 0. (Float.min p1 w1 -. Float.max p0 w0)) 0. noted in
+    let paused = overlap noted in
     let in_pauses held window = Option.map (fun h -> Float.min h (paused window)) held in
     let helds = List.map2 (fun (h, l, still) (w0, w1, _) -> (in_pauses h (w0, w1), l, still)) helds windows in
     let held_in_sleeps =
@@ -600,18 +623,18 @@ module Probe (Pk : Rig_edge.Package) = struct
     let running = Atomic.make true and turns = Atomic.make 0 and pauses = Atomic.make [] in
     (* The counter says its thread id before its first turn: Some None
        where it cannot be read. *)
-    let counter_tid = Atomic.make None in
+    let counter_tid = Atomic.make None and naps = Atomic.make [] in
     let t =
       Thread.create
         (fun () ->
           Atomic.set counter_tid (Some (own_tid ()));
-          let last = ref (now_ms ()) in
+          let span = Float.Array.make 2 0. in
           while Atomic.get running do
-            let t = now_ms () in
-            if t -. !last >= pause_note_ms then Atomic.set pauses ((!last, t) :: Atomic.get pauses);
-            last := t;
-            Atomic.incr turns;
-            Thread.yield ()
+            nap nap_us span;
+            let t = now_ms () and began = Float.Array.get span 0 and ended = Float.Array.get span 1 in
+            Atomic.set naps ((began, ended) :: Atomic.get naps);
+            if t -. ended >= pause_note_ms then Atomic.set pauses ((ended, t) :: Atomic.get pauses);
+            Atomic.incr turns
           done)
         ()
     in
@@ -636,7 +659,8 @@ module Probe (Pk : Rig_edge.Package) = struct
     let judgeable m = blocks m && not (starved m) in
     let rec measure ~kept_n ~released_n =
       Atomic.set pauses [];
-      let m = sig3_measure d ~turns ~pauses ~tids in
+      Atomic.set naps [];
+      let m = sig3_measure d ~turns ~pauses ~naps ~tids in
       if not (judgeable m) then (kept_n, released_n, m)
       else
         let kept_n, released_n =
