@@ -139,18 +139,23 @@ static void dev_release(struct mc_dev *d);
 
 /* ------------------------------------------------------ the word pool */
 
-/* Timeline words of the pool: a fence page's slots, handed out first free
- * first, reset to 0 for their new device. */
+/* Timeline words of the pool: a fence page's slots, kept on a stack of
+ * free ones (the slot given back last is handed out first, while it is
+ * hot in the cache), reset to 0 for their new device. */
 #define POOL_SLOTS 64
 static _Atomic uint64_t pool_words[POOL_SLOTS];
-static int pool_used[POOL_SLOTS];
+static int pool_free[POOL_SLOTS];
+static int pool_nfree = -1; /* -1: not filled yet */
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int pool_take(void) {
   int k = -1;
   pthread_mutex_lock(&pool_mu);
-  for (int i = 0; i < POOL_SLOTS; i++)
-    if (!pool_used[i]) { pool_used[i] = 1; k = i; break; }
+  if (pool_nfree < 0) {
+    for (int i = 0; i < POOL_SLOTS; i++) pool_free[i] = POOL_SLOTS - 1 - i;
+    pool_nfree = POOL_SLOTS;
+  }
+  if (pool_nfree > 0) k = pool_free[--pool_nfree];
   pthread_mutex_unlock(&pool_mu);
   if (k >= 0) atomic_store_explicit(&pool_words[k], 0, memory_order_release);
   return k;
@@ -160,7 +165,7 @@ static int pool_take(void) {
 static void pool_give(struct mc_dev *d) {
   pthread_mutex_lock(&pool_mu);
   if (d->slot >= 0) {
-    pool_used[d->slot] = 0;
+    pool_free[pool_nfree++] = d->slot;
     d->slot = -1;
   }
   pthread_mutex_unlock(&pool_mu);
