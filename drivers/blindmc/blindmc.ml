@@ -20,7 +20,8 @@
    |                           | entry answers the cached No_memory after memory came free       |            |                                                  |
    | mc-grow-rollback          | grow that answers Short gives back the blocks it made           | QUEUE-3    | "It is Short n if d has no memory for n bytes the growth takes. What it made stays for a later room." |
    |                           | (all or nothing)                                                |            |                                                  |
-   | mc-signaled-shadow        | signaled answers a shadow of the word that only sleep refreshes | TIME-1     | "signaled d is the value in d's word, read with acquire order." |
+   | mc-signaled-shadow        | signaled answers a shadow of the word that only sleep and stop  | TIME-1     | "signaled d is the value in d's word, read with acquire order." |
+   |                           | refresh (the event path), to spare a device read per poll       |            |                                                  |
    | mc-sleep-from-now         | sleep waits for the word to move from what it reads NOW, not    | TIME-3     | "It must return immediately if the word already differs." |
    |                           | from seen ("wait for the next fence")                           |            |                                                  |
    | mc-fault-told-once        | sleep raises Fault for a fault only the first time; later       | TIME-5     | "The driver must record each event it consumes, such as a fault's report, before it consumes it, so that the next call of sleep still raises Fault for it." / "Raises Fault once the device has faulted." |
@@ -78,7 +79,10 @@
       after a new device of the driver (same name or not) has opened; a
       word given to another device before rig's free of it breaks STOP-5.
       I read rig's free of own_word as the moment the driver may recycle it
-      (mc-ok-word-pool).
+      (mc-ok-word-pool).  STOP-6's "since the word then passes to a later
+      device" suggests the word does pass on once it shows the last value
+      and stop returned; I read that as said of a word rig keeps, and
+      STOP-5's "until rig frees the word" as what governs a driver's own.
    11. "stop must release nothing rig made": regions and images are rig's;
       I read memory behind regions (not only the region records) as "what
       rig made", so a teardown that frees region memory breaks STOP-5, and
@@ -94,6 +98,15 @@
       required; I read any Error as allowed, the kit's binary excepted (the
       kit promises devices take it).  entry's "where the driver finds that
       only here" I read as allowing the driver to find it at image.
+   15. "rig calls it only at d's close or at an open of its name": whether
+      at an open the new device is made before or after the old one's stop
+      is not said; my check stops first, then opens (either way, free and
+      unload of the old device may come after the new device exists, and
+      the old word must keep reading its last value).
+   16. "A word of the driver's own": decisions.md lets the word be any
+      region the driver names in facts; hostmem's lives inside the device.
+      I read "what signaled needs to read it" as everything signaled reads,
+      including a pool slot outside the device.
 *)
 
 open Rig_edge
@@ -472,7 +485,9 @@ end) : Rig_edge.Package = struct
 
     let stop d ~fault:_ =
       Atomic.set d.lost true;
-      c_stop d.c true
+      c_stop d.c true;
+      (* stop may write the last value itself: let signaled see it *)
+      if behaviour = Signaled_shadow then Atomic.set d.shadow (c_signaled d.c)
   end
 
   let name = B.name
