@@ -560,7 +560,7 @@ module Make (C : CONFIG) = struct
     match v with
     | Make_half_masked ->
         (* the mask is for the device's thread, which inherits it *)
-        let c = Prim.masked (fun () -> c_open capacity) in
+        let c, _ptr = Prim.masked (fun () -> let c = c_open capacity in (c, c_ptr c)) in
         let d = new_device dname c in
         helper d;
         Prim.masked (fun () -> register_live d);

@@ -1,8 +1,9 @@
 /* blindlk: a ticker thread of the device's own (a heartbeat a watchdog
- * reads), started in C.  lk_ticker_start masked: with masked true the
- * thread is created under the caller's mask, which a make running under
- * rig_mask (Prim.masked) blocks, so the ticker blocks signals for its life
- * (SIG-8); lk-ticker-clean-mask passes false (see blindlk.ml). */
+ * reads), started in C.  lk_ticker_start masked: the thread is created
+ * under the caller's mask, which a make running under rig_mask
+ * (Prim.masked) blocks, so with masked true the ticker blocks signals for
+ * its life (SIG-8); with masked false (lk-ticker-clean-mask) the ticker
+ * empties its own mask as it starts (see blindlk.ml). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -26,6 +27,7 @@ struct ticker {
   atomic_int stop;
   atomic_long ticks;
   atomic_long tid;
+  atomic_int clean;
 };
 
 static void ticker_release(struct ticker *t) {
@@ -34,6 +36,12 @@ static void ticker_release(struct ticker *t) {
 
 static void *tick(void *arg) {
   struct ticker *t = arg;
+  if (atomic_load(&t->clean)) {
+    /* a daemon thread should not keep whatever mask its creator had */
+    sigset_t empty;
+    sigemptyset(&empty);
+    pthread_sigmask(SIG_SETMASK, &empty, NULL);
+  }
   atomic_store(&t->tid, (long)syscall(SYS_gettid));
   struct timespec ts = { 0, 5 * 1000000L };
   while (!atomic_load(&t->stop)) {
@@ -64,20 +72,13 @@ CAMLprim value lk_ticker_start(value vmasked) {
   struct ticker *t = calloc(1, sizeof *t);
   if (!t) caml_raise_out_of_memory();
   atomic_init(&t->refs, 2);
-  sigset_t empty, old;
-  int clean = !Bool_val(vmasked);
-  if (clean) {
-    /* a daemon thread should not inherit whatever mask its creator had */
-    sigemptyset(&empty);
-    pthread_sigmask(SIG_SETMASK, &empty, &old);
-  }
+  atomic_init(&t->clean, !Bool_val(vmasked));
   pthread_t tid;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   int rc = pthread_create(&tid, &attr, tick, t);
   pthread_attr_destroy(&attr);
-  if (clean) pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
     free(t);
     caml_failwith("blindlk: cannot start the ticker");
