@@ -1,3 +1,100 @@
+(* blindlk: twenty rig drivers over hostmem's device (its C stubs, hm_*,
+   and its image format), each with one behaviour changed, about locks,
+   signals, helper threads, finalisers and waits.  Written from
+   spec/rig_edge_driver.txt, spec/clauses.tsv, spec/decisions.md and the
+   edge interfaces only.  check/lkcheck shows each bug or oddity directly.
+
+   | driver                 | what it does                                                        | clause     | the document's words it breaks (broken) / that allow it (conforming) |
+   |------------------------|---------------------------------------------------------------------|------------|-----------------------------------------------------------------------|
+   | lk-ok-extra-lock       | a counted device lock besides the image's: alloc, grow, entry and   | conforming | "A driver must count each lock it holds while OCaml code runs ...      |
+   |                        | unload take it (image lock first, always); openers takes a global   |            | (rig_hold)"; "out of the driver's order" (one order is kept); "as      |
+   |                        | lock under its mask                                                 |            | Mutex.protect does" (Prim.Lock.protect)                               |
+   | lk-ok-helper           | two helper threads per device: a link probe (Prim.spawn) and a C    | conforming | "A thread the driver starts blocks them for its life"; peer answers   |
+   |                        | ticker started under make's mask; stop stops the ticker, waits for  |            | "from what d and d' learned when they opened" without waiting for the  |
+   |                        | neither                                                             |            | probe; stop "must not wait"                                            |
+   | lk-ok-sliced           | sleep waits in 20-ms slices, each a Prim.wait of its own, checking  | conforming | "inside its waits, each of which calls rig_unblock right before its    |
+   |                        | the fault between slices                                            |            | blocking step"; "It may return earlier, on ... a timer of the          |
+   |                        |                                                                     |            | driver's own" (it does not even need to)                              |
+   | lk-ok-shielded         | a finaliser on each device and an exit handler (with a 5-ms wait   | conforming | "Its finalisers and exit handlers block them with rig_shield, waits    |
+   |                        | inside), both under Prim.shield                                     |            | included"                                                             |
+   | lk-signaled-locks      | signaled takes a counted stats lock to never answer less than an    | LOCK-5     | "Driver.locate, Driver.peer and Driver.signaled check nothing and      |
+   |                        | earlier read                                                        |            | must take no lock"                                                    |
+   | lk-locate-faulted      | locate raises Fault for a region of a device sleep saw fault        | LOCK-6     | "rig calls locate and peer at any time, and they must call nothing     |
+   |                        |                                                                     |            | that may block or fault"                                              |
+   | lk-peer-waits-link     | peer spins (Thread.delay) until both opens' link probes ended,      | LOCK-6     | same sentence: "must call nothing that may block"                     |
+   |                        | ~250 ms after make; no lock                                         |            |                                                                       |
+   | lk-entry-unload-order  | entry takes image then device lock; unload device then image        | LOCK-8     | "a take of another driver lock out of the driver's order can make two |
+   |                        |                                                                     |            | threads wait for each other for good"                                 |
+   | lk-alloc-grow-order    | alloc takes device then global budget lock; grow budget then device | LOCK-8     | same sentence                                                         |
+   | lk-locate-cache        | locate keeps a one-entry cache (handle, place) in two fields,       | LOCK-9     | "A function that takes no lock may be called from a callback at any   |
+   |                        | written around the place's allocation: a locate from a callback     |            | point"                                                                |
+   |                        | there leaves the cache pairing one region with another's place      |            |                                                                       |
+   | lk-sleep-retry-masked  | sleep's first slice is a Prim.wait; the slices after it call the    | SIG-2      | "inside its waits, each of which calls rig_unblock right before its    |
+   |                        | blocking stub directly, with rig's signals still blocked            |            | blocking step and rig_block right after it"                           |
+   | lk-sleep-wide-wait     | the whole of sleep (fault checks, the raise of Fault) inside one    | SIG-2      | same sentence: "right before its blocking step ... right after it";   |
+   |                        | Prim.wait: OCaml code runs with signals unblocked                   |            | "A signal's handler therefore runs in a driver only ... inside its     |
+   |                        |                                                                     |            | waits"                                                                |
+   | lk-make-half-masked    | make masks only the device's open (for its thread); builds the      | SIG-6      | "The driver's functions that start with the check of rig_holds ()     |
+   |                        | device record unmasked, masks again to register it                  |            | above block signals the same way for their whole run"                 |
+   | lk-openers-unmasked    | openers takes the global table lock with no mask at all             | SIG-6      | same sentence                                                         |
+   | lk-fin-unshielded      | a finaliser on each device (a trace line) without Prim.shield       | SIG-7      | "Its finalisers and exit handlers block them with rig_shield"         |
+   | lk-exit-unshielded     | an exit handler (statistics to $LK_STATS) without Prim.shield       | SIG-7      | same sentence                                                         |
+   | lk-ticker-clean-mask   | the C ticker thread empties its own signal mask as it starts        | SIG-8      | "A thread the driver starts blocks them for its life"                 |
+   | lk-make-sigmask        | make blocks exactly rig's set, but with Thread.sigmask              | SIG-9      | "A driver's OCaml code counts its locks and blocks signals through    |
+   |                        |                                                                     |            | Rig_edge_primitives"                                                  |
+   | lk-entry-cleanup-first | entry's hand-taken (counted) image mutex: on a raise it records the | ASYNC-2    | "must give it back first in both the return and the raise"            |
+   |                        | failure (allocating) before it gives the mutex back                 |            |                                                                       |
+   | lk-unload-take-early   | unload takes the (counted) image mutex, then lists the handles      | ASYNC-2    | "take each lock ... immediately before the handler that gives it      |
+   |                        | (allocating) before the handler that gives it back                  |            | back, with no allocation or call in between"                          |
+
+   Ambiguities met, and how this set reads them:
+
+   1. LOCK-5 vs TIME-1 and LOCK-6.  Taking a lock "may block", so a lock in
+      locate or peer would break LOCK-6 as well; the LOCK-5 driver therefore
+      takes its lock in signaled, a lock only signaled takes and holds over an
+      atomic read, so that it never waits in practice (TIME-1's "must not
+      block" is read as a wait that can last, which this one cannot).
+   2. LOCK-5's "no lock": hostmem's C mutex is a lock too, but the reference
+      locate and signaled never reach it; the LOCK-6 drivers were kept off
+      every hm_* call that takes it, so that "no lock" stays true for them.
+   3. LOCK-6's "may fault" read as: locate or peer raises Fault (the driver's
+      own fault), not only calls something that faults.
+   4. LOCK-9 is filed as a driver-side clause with no stated duty.  Read as:
+      a function that takes no lock must be safe to re-enter from a callback
+      (a finaliser, a signal handler, a Memprof callback) that runs at any
+      allocation inside it, i.e. keep no state whose update an allocation
+      splits.  The same bug also races between threads; LOCK-6's "at any
+      time" names only block and fault, so LOCK-9 is its clause.
+   5. SIG-2's "each of which calls rig_unblock right before its blocking
+      step": read as both (a) every blocking step of a driver call must be
+      such a wait (a wait left masked breaks it) and (b) only the blocking
+      step may be inside it (OCaml code in the unblocked span breaks it).
+   6. SIG-6's "for their whole run": the closure allocated before the mask
+      and the result after it are not judged (decisions.md); a make that
+      masks twice with unmasked work in between is a break, even though each
+      masked part is "blocked the same way".
+   7. SIG-7: "exit handlers" read as at_exit handlers the driver registers
+      (here at its first open, so that a run reaches them); a finaliser's
+      closure allocated before Prim.shield is read as allowed, like SIG-6's.
+   8. SIG-8 for a thread started in C: the document speaks of "a thread the
+      driver starts", C or OCaml alike; a C thread that runs no OCaml still
+      takes process-directed signals, so it must keep rig's set blocked.
+   9. SIG-9 when the mask is right: a make that blocks exactly rig_mask's set
+      with Thread.sigmask obeys SIG-6 in effect and breaks only SIG-9
+      ("through Rig_edge_primitives").
+  10. ASYNC-2 for a lock taken by hand (Prim.hold + Mutex.lock): read as
+      obeyed when the match that gives it back follows the Mutex.lock
+      directly and both branches give it back before anything else, as
+      Mutex.protect does; "no allocation or call in between" forbids the
+      listing of lk-unload-take-early, "give it back first" the recording of
+      lk-entry-cleanup-first.
+  11. LOCK-8 "the driver's order": no order is given by the document; read
+      as "some single order over the driver's locks", so taking two locks in
+      both orders (even on one thread, never deadlocking in a test) breaks it.
+  12. Helper threads and stop: the document says stop "must not wait for
+      its work"; a helper thread is read as not being the device's work, but
+      lk-ok-helper's stop still waits for neither helper. *)
+
 open Rig_edge
 module Prim = Rig_edge_primitives
 
