@@ -51,6 +51,8 @@ SETS = [
     ("test_blind_mb", "BLINDMB"),
     ("test_blind_gq", "BLINDGQ"),
     ("test_blind_ts", "BLINDTS"),
+    ("test_blind_lk", "BLINDLK"),
+    ("test_blind_mc", "BLINDMC"),
 ]
 
 
