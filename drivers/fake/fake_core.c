@@ -39,6 +39,10 @@ struct fake_region {
   int is_word; /* the device's word: reads it, is in no table */
   int high;    /* dma-moves-high mutant: allocated with over half its budget in use */
   struct fake_dev *dev;
+  /* stop-revokes-maps mutant: the device whose memory this peer mapping
+   * maps; it outlives the mapping, as rig frees a region only after the
+   * mappings over it. */
+  struct fake_dev *exporter;
   struct fake_region *next; /* bucket chain */
 };
 
@@ -136,6 +140,10 @@ struct fake_dev {
 static atomic_int manual_next; /* fake_debug_manual_worker */
 
 static atomic_uint_fast64_t next_serial = 1;
+
+/* stop-pools-word mutant: the last stopped device, whose word the next
+ * open takes over (and resets); cleared when that device is destroyed. */
+static struct fake_dev *_Atomic word_pool;
 
 static atomic_uint_fast64_t next_handle = 1;
 
@@ -336,6 +344,10 @@ struct fake_dev *fake_dev_open(const struct fake_config *cfg) {
   atomic_init(&d->refs, 2); /* the caller's and the worker's */
   atomic_init(&d->dead, 0);
   d->serial = atomic_fetch_add(&next_serial, 1);
+  if (mutant(d, FAKE_M_STOP_POOLS_WORD)) {
+    struct fake_dev *pooled = atomic_exchange(&word_pool, NULL);
+    if (pooled) atomic_store_explicit(&pooled->word, 0, memory_order_release);
+  }
 
   /* The initial queue is what the Device budget pays for, up to the slots
    * asked: a small budget leaves room to answer RIG_GROW. */
@@ -378,6 +390,8 @@ fail:
 }
 
 static void dev_destroy(struct fake_dev *d) {
+  struct fake_dev *self = d;
+  atomic_compare_exchange_strong(&word_pool, &self, NULL);
   for (int b = 0; b < FAKE_BUCKETS; b++)
     for (struct fake_region *r = d->buckets[b], *next; r; r = next) {
       next = r->next;
@@ -511,6 +525,7 @@ struct fake_region *fake_map_peer(struct fake_dev *d, struct fake_region *r) {
     mem_unref(m);
     return NULL;
   }
+  if (mutant(d, FAKE_M_STOP_REVOKES_MAPS)) p->exporter = r->dev;
   dev_lock(d);
   table_add(d, p);
   if (mutant(d, FAKE_M_MAP_PEER_ONE_WINDOW)) {
@@ -635,6 +650,15 @@ int fake_region_read(struct fake_region *r, size_t off, void *into, size_t len) 
     memcpy(into, r->mem->bytes + off, len);
   }
   return 0;
+}
+
+int fake_region_revoked(struct fake_region *r) {
+  struct fake_dev *e = r->exporter;
+  if (!e) return 0;
+  dev_lock(e);
+  int stopped = e->stopping;
+  dev_unlock(e);
+  return stopped;
 }
 
 int fake_region_write(struct fake_region *r, size_t off, const void *from, size_t len) {
@@ -1438,6 +1462,7 @@ void fake_stop(struct fake_dev *d) {
   }
   d->stopping = 1;
   atomic_store(&d->dead, 1);
+  if (mutant(d, FAKE_M_STOP_POOLS_WORD)) atomic_store(&word_pool, d);
   if (mutant(d, FAKE_M_STOP_RELEASES_FN)) bus_release(d);
   for (struct fake_thread *t = d->threads; t; t = t->next) drop_thread(d, t);
   if (!mutant(d, FAKE_M_STOP_EARLY_VALUE)) {

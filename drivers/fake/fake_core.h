@@ -90,7 +90,9 @@ enum fake_mutant {
   FAKE_M_DMA_MOVES_HIGH = 107,  /* MEM-9: dma moves a region allocated with over half the Device budget in use */
   FAKE_M_FREE_SETS_ASIDE = 108, /* MEM-11: a dma'd region's memory, freed, stays charged and aside; an alloc the budget refuses takes it */
   FAKE_M_SCRATCH_AT_LAUNCH = 109,  /* CODE-2: entry checks the room but makes f's scratch at its first launch, whose submit fails without room */
-  FAKE_M_ROOM_GROWERS_IN_ORDER = 106 /* QUEUE-2: room answers RIG_GROW to a grown thread while a thread that asked before it is still short */
+  FAKE_M_ROOM_GROWERS_IN_ORDER = 106, /* QUEUE-2: room answers RIG_GROW to a grown thread while a thread that asked before it is still short */
+  FAKE_M_STOP_REVOKES_MAPS = 110, /* STOP-5: a device's stop revokes the peer mappings other devices made of its memory */
+  FAKE_M_STOP_POOLS_WORD = 111 /* STOP-5: stop gives the word to a pool; the next open takes it and resets it to 0 */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */
@@ -140,6 +142,9 @@ uint64_t fake_region_handle(const struct fake_region *r);
 size_t fake_region_size(const struct fake_region *r);
 /* Host copies; 0 on success, -1 out of bounds.  Take no lock. */
 int fake_region_read(struct fake_region *r, size_t off, void *into, size_t len);
+/* Whether r is a peer mapping its exporter's stop revoked (the
+ * stop-revokes-maps mutant); rig's reads of it then fault. */
+int fake_region_revoked(struct fake_region *r);
 int fake_region_write(struct fake_region *r, size_t off, const void *from, size_t len);
 
 /* ---------------------------------------------------------------- bus */

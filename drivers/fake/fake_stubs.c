@@ -110,6 +110,8 @@ value fake_stub_region_handle(value r) {
 
 value fake_stub_region_size(value r) { return Val_long((intnat)fake_region_size(Region_val(r))); }
 
+value fake_stub_region_revoked(value r) { return Val_bool(fake_region_revoked(Region_val(r))); }
+
 /* off is checked non-negative by the caller. */
 value fake_stub_read(value r, value off, value into) {
   return Val_bool(fake_region_read(Region_val(r), (size_t)Long_val(off), Bytes_val(into),
