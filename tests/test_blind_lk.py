@@ -67,10 +67,6 @@ BROKEN = {
 # The certifier's misses: driver -> what it said.  The expectation above
 # stays; the mark comes off once the certifier catches it.
 MISSED = {
-    "lk-locate-faulted": "LOCK-9 fail, LOCK-6 pass",
-    "lk-peer-waits-link": "LOCK-6 pass",
-    "lk-alloc-grow-order": "LOCK-8 pass",
-    "lk-locate-cache": "LOCK-9 pass",
     "lk-sleep-retry-masked": "SIG-2 pass",
     "lk-sleep-wide-wait": "SIG-2 pass",
     "lk-entry-cleanup-first": "ASYNC-2 pass",

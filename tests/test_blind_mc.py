@@ -67,11 +67,7 @@ BROKEN = {
 
 # The certifier's misses: driver -> what it said.  The expectation above
 # stays; the mark comes off once the certifier catches it.
-MISSED = {
-    "mc-alloc-granule-down": "MEM-2, and MEM-5, STOP-5, STOP-8 with Invalid_argument from a write of the bytes asked",
-    "mc-alloc-cache-peek": "MEM-2 pass",
-    "mc-stop-recycles-word": "STOP-5 pass",
-}
+MISSED: dict = {}
 
 CONFORMING = {
     "mc-ok-size-classes": {},

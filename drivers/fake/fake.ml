@@ -25,6 +25,7 @@ external c_free : cdev -> nativeint -> unit = "fake_stub_free"
 external c_region_handle : nativeint -> int64 = "fake_stub_region_handle"
 external c_region_size : nativeint -> int = "fake_stub_region_size"
 external c_read : nativeint -> int -> bytes -> bool = "fake_stub_read"
+external c_revoked : nativeint -> bool = "fake_stub_region_revoked"
 external c_write : nativeint -> int -> string -> bool = "fake_stub_write"
 external c_image_load : cdev -> string array -> int array -> int array -> nativeint
   = "fake_stub_image_load"
@@ -74,6 +75,7 @@ type t = {
   reads_after_stop : int Atomic.t;  (** the signaled-gone-after-stop mutant's count *)
   sleepers : sleepers;  (** the commit-fails-beside-sleep mutant's *)
   nth_open : int;  (** 1 for the first open of its name, 2 for the next...: the peer-two-opens mutant reads it *)
+  opened_at : float;  (** Unix time of its make: the peer-waits-link mutant reads it *)
   facts : region E.facts;
 }
 
@@ -132,6 +134,7 @@ let counted ?answer t fn f = counted_on ?answer t.stopped fn f
 let reach dev stopped ptr freed access =
   counted_on stopped "reach" (fun () ->
       if Atomic.get freed then invalid_arg "fake: reach of a freed region";
+      if c_revoked ptr then raise (Fault "fake: the mapping was revoked by the stop of the device whose memory it maps");
       let ok =
         match access with
         | E.Read { off; into } -> off >= 0 && c_read ptr off into
@@ -238,9 +241,9 @@ let alloc_guard t f =
       match f () with v -> Atomic.decr alloc_busy; v | exception e -> Atomic.decr alloc_busy; raise e
     end
   end
-  else if t.mut = m_lock_order_inversion then
-    (* LOCK-8: alloc takes the queue lock inside the memory lock, free the
-       other way round (free_guard). *)
+  else if t.mut = m_lock_order_inversion || t.mut = m_alloc_grow_order then
+    (* LOCK-8: alloc takes the queue lock inside the memory lock, free (or
+       grow) the other way round (free_guard, grow). *)
     P.Lock.protect memory_lock (fun () -> P.Lock.protect queue_lock f)
   else if t.mut = m_lock_uncounted then Mutex.protect alloc_mutex f
   else if t.mut = m_make_table_uncounted || t.mut = m_grow_stats_uncounted then begin
@@ -302,12 +305,20 @@ module D = struct
   let locate t r =
     ignore (injected "locate");
     if t.mut = m_locate_waits then P.wait Thread.yield;
-    if t.mut = m_locate_cache_torn then
+    if t.mut = m_locate_faults_when_lost && c_dead t.dev then raise (Fault "fake: locate of a region of a lost device");
+    if t.mut = m_locate_cache_torn || t.mut = m_locate_cache_self then
       match (my_place_cache ()).key with Some r' when r' == r -> (my_place_cache ()).value | _ -> cache_place r
     else r.place
 
   (* From what the devices learned at open only (MEM-4). *)
   let peer d d' =
+    (* the link between the two is known 250 ms after the later open *)
+    if d.mut = m_peer_waits_link then begin
+      let ready = Float.max d.opened_at d'.opened_at +. 0.25 in
+      while Unix.gettimeofday () < ready do
+        Thread.delay 0.01
+      done
+    end;
     (not (injected "peer"))
     && d.id <> d'.id
     && not (d.mut = m_peer_live && (c_dead d.dev || c_dead d'.dev))
@@ -521,7 +532,8 @@ module D = struct
   let grow t =
     counted t "grow" ~answer:(fun () -> E.Short 64) (fun () ->
         let grow () = match c_grow t.dev with 0 -> E.Grown | n -> E.Short n in
-        if t.mut = m_grow_stats_uncounted then
+        if t.mut = m_alloc_grow_order then P.Lock.protect queue_lock (fun () -> P.Lock.protect memory_lock grow)
+        else if t.mut = m_grow_stats_uncounted then
           Mutex.protect table_mutex (fun () ->
               let a = grow () in
               table_log := Printf.sprintf "grow of device %d: %s" t.id (match a with E.Grown -> "grown" | Short n -> Printf.sprintf "short %d" n) :: !table_log;
@@ -666,6 +678,7 @@ let open_device slot =
       reads_after_stop = Atomic.make 0;
       sleepers;
       nth_open = 1 + Atomic.fetch_and_add opens_of_name.(slot) 1;
+      opened_at = Unix.gettimeofday ();
       facts =
         {
           E.may_block = cfg.may_block;

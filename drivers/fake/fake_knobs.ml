@@ -37,6 +37,8 @@ let mutant_table =
     ("peer-two-opens", "MEM-4", "peer answers false for a device opened under a name that two opens before it had (its peer table holds two per name), though map_peer maps", 83);
     ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
     ("peer-map-shared", "MEM-5", "the free of a peer mapping unmaps the device's other mappings of the same memory (one mapping per memory, shared with no count)", 104);
+    ("stop-pools-word", "STOP-5", "stop gives the device's word to a pool: the next device opened takes it and resets it to 0, while rig has not freed it", 111);
+    ("stop-revokes-maps", "STOP-5", "a device's stop revokes the peer mappings other devices made of its memory: a read through one then raises Fault", 110);
     ("map-peer-one-window", "MEM-5", "a map_peer unmaps the device's previous map_peer mapping (which keeps a copy), not yet freed", 62);
     ("map-host-one-window", "MEM-7", "a map_host takes the device's one host window: the previous host mapping, not yet freed, is left with a copy of its pages", 75);
     ("map-host-remap-copies", "MEM-7", "a map_host of the pages where the device's last map_host began maps a copy of them, which the host never sees", 84);
@@ -103,6 +105,10 @@ let mutant_table =
     ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
     ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
     ("exit-handler-unshielded", "SIG-7", "each open registers an exit handler that logs the device (allocating) without rig_shield", 102);
+    ("alloc-grow-order", "LOCK-8", "alloc takes two driver locks in one order, grow in the other", 115);
+    ("locate-faults-when-lost", "LOCK-6", "locate raises Fault for a region of a device whose work faulted (or that stopped)", 113);
+    ("peer-waits-link", "LOCK-6", "peer sleeps (Thread.delay, no wait of the primitives) until 250 ms after the later of the two devices' opens, when their link is known", 114);
+    ("locate-cache-self", "LOCK-9", "locate keeps a one-entry cache per thread that it fills itself on a miss, its key and value written with an allocation between them: a locate from a callback inside locate leaves one region's key beside another's place", 112);
     ("locate-cache-torn", "LOCK-9", "locate keeps a one-entry cache per thread that alloc primes, its key and value written with an allocation between them: a locate from a callback there leaves one region's key beside another's place", 101);
     ("signaled-try-lock", "LOCK-5", "signaled counts its reads under a try-lock of its own (counted with rig_hold; it never blocks)", 64);
     ("alloc-not-reentrant", "LOCK-9", "alloc takes no lock but raises when a thread already inside alloc calls it (from a callback)", 63);
@@ -174,6 +180,10 @@ let m_stop_forgets_regions = 98
 let m_signaled_gone_after_stop = 99
 let m_commit_fails_beside_sleep = 100
 let m_locate_cache_torn = 101
+let m_locate_cache_self = 112
+let m_locate_faults_when_lost = 113
+let m_peer_waits_link = 114
+let m_alloc_grow_order = 115
 let m_exit_handler_unshielded = 102
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64

@@ -65,6 +65,10 @@ val m_stop_forgets_regions : int
 val m_signaled_gone_after_stop : int
 val m_commit_fails_beside_sleep : int
 val m_locate_cache_torn : int
+val m_locate_cache_self : int
+val m_locate_faults_when_lost : int
+val m_peer_waits_link : int
+val m_alloc_grow_order : int
 val m_exit_handler_unshielded : int
 val m_alloc_not_reentrant : int
 val m_signaled_try_lock : int

@@ -265,11 +265,19 @@ module Make (D : Rig_edge.Driver) = struct
             probe_call ~inside "signaled" (fun () ->
                 match D.signaled d with _ -> () | exception D.Fault _ -> ());
             Option.iter
-              (fun w -> probe_call ~inside "locate of the word" (fun () -> locate_as_outside ~inside "locate of the word" d w x.word_place))
+              (fun w ->
+                probe_call ~inside "locate of the word" (fun () ->
+                    match locate_as_outside ~inside "locate of the word" d w x.word_place with
+                    | () -> ()
+                    | exception D.Fault _ -> ()))
               x.word
         | _ -> ());
-        List.iter (fun o -> probe_call ~inside "peer" (fun () -> ignore (D.peer d o.d))) others;
-        Option.iter (fun (on, r) -> probe_call ~inside "locate" (fun () -> ignore (D.locate on r))) region)
+        (* A Fault of locate or peer is theirs wherever they are called
+           (LOCK-6: probe.locate-peer-quiet), not a callback's. *)
+        List.iter (fun o -> probe_call ~inside "peer" (fun () -> match D.peer d o.d with _ -> () | exception D.Fault _ -> ())) others;
+        Option.iter
+          (fun (on, r) -> probe_call ~inside "locate" (fun () -> match D.locate on r with _ -> () | exception D.Fault _ -> ()))
+          region)
 
   (* A locate from a callback must leave nothing behind that changes a later
      answer: after a call whose allocations ran the probes, the word's
@@ -318,8 +326,20 @@ module Make (D : Rig_edge.Driver) = struct
             :: !devs);
     { f with queue = wrap_queue d f.queue }
 
+  (* locate's own allocations call locate of the word from their callbacks
+     too, and the word's place is asked after it: a one-entry cache torn
+     by a nested locate (blind lk-locate-cache) then answers another
+     region's place.  Where the word is r itself, nothing can tear. *)
   let locate d r =
-    let p = around "locate" (fun () -> D.locate d r) in
+    let is_word = match with_ledger (fun () -> dev_of d) with Some { word = Some w; _ } -> w == r | _ -> false in
+    let p =
+      if is_word then around "locate" (fun () -> D.locate d r)
+      else begin
+        let p = around "locate" ?probe:(probe_of ~inside:"locate" d) (fun () -> D.locate d r) in
+        word_still_placed ~after:"locate" ~made:None d;
+        p
+      end
+    in
     match p.reach with
     | None -> p
     | Some g -> { p with reach = Some (fun a -> call "reach" ~region:(d, r) d (fun () -> g a)) }

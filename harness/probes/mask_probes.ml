@@ -254,11 +254,53 @@ end
 
 (* --------------------------------------------------------------- LOCK-6 *)
 
-(* locate and peer, called in each state a device goes through, inside a
-   counted lock and outside one: neither may take a counted lock, enter a
-   wait (the primitives' count of both on this thread) nor raise. *)
+(* locate and peer, called in each state a device goes through (right
+   after the opens, with work in flight, after its work faulted, after
+   stop), inside a counted lock and outside one: neither may take a
+   counted lock, enter a wait (the primitives' count of both on this
+   thread), raise, nor block otherwise: sleep 150 ms or more, which the
+   kernel's figures for the thread show (wall time it neither ran nor
+   waited for a CPU), where a wait for the OCaml runtime, which a busy
+   OCaml helper of the driver keeps up to its tick, stays well under it. *)
 module Quiet (Pk : Rig_edge.Package) = struct
   module D = Pk.D
+
+  let blocked_floor_ms = 150.
+
+  (* ms this thread ran or waited for a CPU, so far *)
+  let busy_ms () =
+    match In_channel.with_open_text "/proc/thread-self/schedstat" In_channel.input_line with
+    | Some l -> (try Scanf.sscanf l "%Ld %Ld" (fun r q -> Some (Int64.to_float (Int64.add r q) /. 1e6)) with _ -> None)
+    | None -> None
+    | exception Sys_error _ -> None
+
+  (* kit.fault launched on d, then sleeps until one raises Fault (3 s at
+     most): the fault's text, or None *)
+  let fault d =
+    match Pk.kit.fault with
+    | None -> None
+    | Some fn -> (
+        match P.masked (fun () -> D.image d Pk.kit.binary) with
+        | Ok i -> (
+            match P.masked (fun () -> D.entry i fn) with
+            | Rig_edge.Entry h ->
+                let q = (D.facts d).queue in
+                let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args = [] } ] in
+                let rec fit k = match P.masked (fun () -> q.room s) with Rig_edge.Room -> true | Grow -> k > 0 && P.masked (fun () -> D.grow d) = Rig_edge.Grown && fit (k - 1) in
+                if fit 4 && P.masked (fun () -> q.submit s ~value:100 && q.commit ()) then
+                  let until = Unix.gettimeofday () +. 3. in
+                  let rec wait () =
+                    if Unix.gettimeofday () > until then None
+                    else
+                      match P.masked (fun () -> D.sleep d ~seen:(D.signaled d) ~still_ms:100) with
+                      | () -> wait ()
+                      | exception D.Fault why -> Some why
+                  in
+                  wait ()
+                else None
+            | _ -> None)
+        | Error _ -> None
+        | exception _ -> None)
 
   let run ~seed =
     let os = P.masked Pk.openers in
@@ -274,12 +316,20 @@ module Quiet (Pk : Rig_edge.Package) = struct
     let check state what f =
       let measure where =
         let before = P.activity () and holds = P.holds () in
+        let t0 = Unix.gettimeofday () and b0 = busy_ms () in
         match f () with
         | () ->
+            let slept =
+              match (b0, busy_ms ()) with
+              | Some b0, Some b1 -> ((Unix.gettimeofday () -. t0) *. 1000.) -. (b1 -. b0)
+              | _ -> 0.
+            in
             if P.activity () <> before then
               Some (finding "LOCK-6" "%s %s%s took a counted lock or entered a wait" what state where)
             else if P.holds () <> holds then
               Some (finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d" what state where (P.holds ()) holds)
+            else if slept >= blocked_floor_ms then
+              Some (finding "LOCK-6" "%s %s%s blocked: its thread slept %.0f ms in it (neither ran nor waited for a CPU)" what state where slept)
             else None
         | exception e -> Some (finding "LOCK-6" "%s %s%s raised %s" what state where (Printexc.to_string e))
       in
@@ -312,7 +362,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
       check state "locate" (fun () -> ignore (D.locate d r));
       List.iter (fun d' -> if d' != d then check state "peer" (fun () -> ignore (D.peer d d'))) devices
     in
-    probe "on an idle device";
+    probe "right after the opens";
     (* Work in flight: a fill of the region, not waited for. *)
     let q = (D.facts d).queue in
     let v = 1 + (seed mod 9) in
@@ -323,7 +373,9 @@ module Quiet (Pk : Rig_edge.Package) = struct
           fit 4 && q.submit s ~value:v && q.commit ())
     in
     if submitted then probe "with work in flight";
-    (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
+    let faulted = fault d in
+    Option.iter (fun _ -> probe "after its work faulted") faulted;
+    (try P.masked (fun () -> D.stop d ~fault:faulted) with _ -> ());
     probe "after stop";
     List.iter (fun d' -> if d' != d then try P.masked (fun () -> D.stop d' ~fault:None) with _ -> ()) devices;
     List.rev !findings

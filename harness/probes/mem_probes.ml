@@ -36,6 +36,7 @@ let mem2_distinct (module P : Package) ~seed =
             match K.write r ~off:0 p with
             | true -> Some (label, n, r, p)
             | false -> None
+            | exception Skip _ -> None (* bytes past place.size: flagged above *)
             | exception e ->
                 K.flag s "a write of the %d bytes of an alloc of %d bytes of %s memory raised %s" n n label (Printexc.to_string e);
                 None)
@@ -54,6 +55,32 @@ let mem2_distinct (module P : Package) ~seed =
                 i label n !j (Char.code got.[!j]) (Char.code p.[!j])
           | _ -> ())
         written;
+      (* Two regions stay two after a free of their size came before them:
+         alloc, free, alloc, alloc, in each memory (a cache of freed
+         buffers per size that hands one out without taking it out: blind
+         mc-alloc-cache-peek, host memory). *)
+      List.iter
+        (fun (kind, label) ->
+          let n = word * (1 + K.int s 512) in
+          let alloc () = match kind with `Device -> K.alloc s dev Device n | `Host -> K.alloc_host s dev n in
+          match alloc () with
+          | None -> ()
+          | Some first -> (
+              K.free_reg first;
+              match (alloc (), alloc ()) with
+              | Some b, Some c -> (
+                  let pb = K.pattern s n in
+                  let pc = String.map (fun ch -> Char.chr (Char.code ch lxor 0xff)) pb in
+                  match K.write b ~off:0 pb && K.write c ~off:0 pc with
+                  | true -> (
+                      match K.read b ~off:0 ~len:n with
+                      | Some got when got <> pb ->
+                          K.flag s "after an alloc and its free, two allocs of %d bytes of %s memory share their bytes: a write through the second changed the first" n label
+                      | _ -> ())
+                  | false -> ()
+                  | exception Skip _ -> ())
+              | _ -> ()))
+        [ (`Device, "Device"); (`Host, "Mapped/Pinned") ];
       (* Two regions stay two after a refused image and a free came before
          them: alloc, image of kit.refused_binary, free, alloc, alloc. *)
       match P.kit.refused_binary with

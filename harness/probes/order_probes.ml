@@ -37,6 +37,27 @@ module Probe (Pk : Rig_edge.Package) = struct
           in
           wait 250
         end;
+        (* grow, as rig calls it, once a room answers RIG_GROW: fills of a
+           region in more and more parts (at most 4096) until one does
+           (blind lk-alloc-grow-order takes its locks in grow) *)
+        (match regions with
+        | r :: _ ->
+            let dst = (D.locate d r).handle in
+            let submit s =
+              if m (fun () -> facts.queue.submit s ~value:(!last + 1)) && m (fun () -> facts.queue.commit ()) then incr last
+            in
+            let rec go k =
+              if k <= 4096 then
+                let s = Rig_edge.encode (List.init k (fun i -> Rig_edge.Fill { dst; off = 0; len = 4; byte = i land 255 })) in
+                match m (fun () -> facts.queue.room s) with
+                | Rig_edge.Room -> submit s; go (2 * k)
+                | Grow -> (
+                    match m (fun () -> D.grow d) with
+                    | Grown -> if m (fun () -> facts.queue.room s) = Rig_edge.Room then submit s
+                    | Short _ -> ())
+            in
+            (try go 1 with _ -> ())
+        | [] -> ());
         m (fun () -> D.stop d ~fault:None);
         let rec drained k = D.signaled d >= !last || (k > 0 && (Thread.delay 0.002; drained (k - 1))) in
         (* What free and unload raise after stop is other clauses'

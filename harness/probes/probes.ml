@@ -207,18 +207,30 @@ module Kit (P : Package) = struct
   let place (r : reg) = D.locate r.dev.d r.region
   let handle r = (place r).handle
 
+  (* Bytes of r beyond its place's size are no access this probe may judge:
+     a region smaller than asked is MEM-2's (probe.MEM-2.distinct-regions
+     compares the two), and the reach's refusal would blame the probe's
+     own clause. *)
+  let within (r : reg) (p : Rig_edge.place) ~off ~len =
+    if off + len > p.size then
+      raise (Skip (spf "setup: a region asked for %d bytes answers place.size %d, short of byte %d (MEM-2's)" r.size p.size (off + len - 1)))
+
   let read (r : reg) ~off ~len =
-    match (place r).reach with
+    let p = place r in
+    match p.reach with
     | None -> None
     | Some f ->
+        within r p ~off ~len;
         let into = Bytes.create len in
         call r.dev (fun () -> f (Read { off; into }));
         Some (Bytes.to_string into)
 
   let write (r : reg) ~off from =
-    match (place r).reach with
+    let p = place r in
+    match p.reach with
     | None -> false
     | Some f ->
+        within r p ~off ~len:(String.length from);
         call r.dev (fun () -> f (Write { off; from }));
         true
 
