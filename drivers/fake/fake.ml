@@ -581,6 +581,11 @@ module D = struct
         let wait () =
           if t.mut = m_sleep_fault_unblocked then c_sleep_fault_unblocked t.dev seen still_ms
           else if t.mut = m_sleep_wait_masked then step t.dev seen still_ms
+          else if t.mut = m_sleep_retry_masked then
+            (* a wait for the first quarter; the word unmoved, the rest "is
+               a retry" that calls the blocking step directly *)
+            let first = still_ms / 4 in
+            P.wait (fun () -> step t.dev seen first) || (c_word t.dev = seen && step t.dev seen (still_ms - first))
           else P.wait (fun () -> step t.dev seen still_ms)
         in
         let wait =

@@ -105,6 +105,7 @@ let mutant_table =
     ("alloc-in-protect-gap", "ASYNC-2", "alloc allocates between the take of its lock and the handler that gives it back", 31);
     ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
     ("exit-handler-unshielded", "SIG-7", "each open registers an exit handler that logs the device (allocating) without rig_shield", 102);
+    ("sleep-retry-masked", "SIG-2", "sleep waits the first quarter of still_ms in a wait; the word unmoved, it blocks for the rest outside any wait, with rig's signals blocked", 116);
     ("alloc-grow-order", "LOCK-8", "alloc takes two driver locks in one order, grow in the other", 115);
     ("locate-faults-when-lost", "LOCK-6", "locate raises Fault for a region of a device whose work faulted (or that stopped)", 113);
     ("peer-waits-link", "LOCK-6", "peer sleeps (Thread.delay, no wait of the primitives) until 250 ms after the later of the two devices' opens, when their link is known", 114);
@@ -184,6 +185,7 @@ let m_locate_cache_self = 112
 let m_locate_faults_when_lost = 113
 let m_peer_waits_link = 114
 let m_alloc_grow_order = 115
+let m_sleep_retry_masked = 116
 let m_exit_handler_unshielded = 102
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64

@@ -324,6 +324,49 @@ module Probe (Pk : Rig_edge.Package) = struct
             let inside = List.exists (fun r -> r.thread = self && r.call = "sleep") (List.filteri (fun k _ -> k < fresh) !runs) in
             if blocked_ms >= 150. && not inside then
               shut := [ finding "SIG-2" "sleep blocked %.0f ms on the idle word and never opened rig's mask: SIGUSR1, pending since the call began, ran its handler only after it returned (a wait calls rig_unblock right before its blocking step)" blocked_ms ];
+            (* A signal that comes while sleep blocks, halfway through its
+               still_ms of 400 (past a first wait that a sleep in slices may
+               have ended):
+               its handler must run inside a wait of that sleep, not once
+               it returned (blind lk-sleep-retry-masked: only its first
+               slice is a wait, the later ones block with rig's signals
+               blocked).  Judged where the sleep returned 30 ms or more
+               after the signal was sent; no signal is pending as it
+               starts. *)
+            if !shut = [] then begin
+              let tid = Self_thread.gettid () and sent = Atomic.make None in
+              let sender =
+                Thread.create
+                  (fun () ->
+                    (* the handler runs on a thread that lets SIGUSR1 through
+                       and polls first: not this one *)
+                    ignore (Thread.sigmask Unix.SIG_BLOCK [ Sys.sigusr1 ]);
+                    Thread.delay 0.2;
+                    Atomic.set sent (Some (Unix.gettimeofday ()));
+                    Self_thread.kill_tid tid Sys.sigusr1)
+                  ()
+              in
+              let before = List.length !runs and t0 = Unix.gettimeofday () in
+              (try
+                 P.masked (fun () ->
+                     in_call := "sleep";
+                     Fun.protect ~finally:(fun () -> in_call := "") (fun () -> D.sleep d ~seen:(D.signaled d) ~still_ms:400))
+               with _ -> ());
+              let returned = Unix.gettimeofday () in
+              Thread.join sender;
+              ignore (Sys.opaque_identity (ref ()));
+              let fresh = List.filteri (fun k _ -> k < List.length !runs - before) !runs in
+              match Atomic.get sent with
+              (* a handler another thread ran (one of the driver's that lets
+                 SIGUSR1 through: SIG-8's) says nothing of this sleep *)
+              | Some at when returned -. at >= 0.03 && List.for_all (fun r -> r.thread = self) fresh ->
+                  if not (List.exists (fun r -> r.call = "sleep" && r.waiting) fresh) then
+                    shut :=
+                      [ finding "SIG-2"
+                          "SIGUSR1, sent to the thread %.0f ms into a sleep on the idle word (still_ms 400), ran its handler only after sleep returned %.0f ms later: the sleep blocked outside a wait, with rig's signals blocked"
+                          ((at -. t0) *. 1000.) ((returned -. at) *. 1000.) ]
+              | _ -> ()
+            end;
             ignore (call "grow" (fun () -> D.grow d))
         | None -> ());
         match call "image" (fun () -> D.image d Pk.kit.binary) with

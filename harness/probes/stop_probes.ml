@@ -415,8 +415,11 @@ let stop5_keeps (module P : Package) ~seed =
          device, opens the new one, and frees the old one's regions and
          word after): a word stop gave back to a pool, which the new
          device takes, reads the new device's values (blind
-         mc-stop-recycles-word). *)
-      if w = v && a.facts.own_word <> None then
+         mc-stop-recycles-word).  Judged only where the word still reads
+         the last value right before that open: a value changed before it
+         is a late write, STOP-6's (blind st6-release-reset). *)
+      let still_v () = match P.D.signaled a.d with w' -> w' = v | exception _ -> false in
+      if w = v && a.facts.own_word <> None && still_v () then
         match K.open_dev s a_opener with
         | _ -> (
             match P.D.signaled a.d with

@@ -8,3 +8,7 @@ val gettid : unit -> int
 (** [kill signo]: sends the OCaml signal number [signo] to the calling
     thread only (pthread_kill). *)
 val kill : int -> unit
+
+(** [kill_tid tid signo]: sends the OCaml signal number [signo] to the
+    thread of this process whose kernel id is [tid] (tgkill). *)
+val kill_tid : int -> int -> unit

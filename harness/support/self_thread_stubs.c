@@ -1,6 +1,7 @@
 /* The calling thread's kernel id, and a signal sent to the calling thread
  * itself (self_thread.ml): with the thread's mask blocking it, the signal
- * stays pending on this very thread until the mask opens. */
+ * stays pending on this very thread until the mask opens.  Also a signal
+ * sent to another thread of the process, by its kernel id. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -21,5 +22,11 @@ value rig_self_thread_gettid(value unit) {
 value rig_self_thread_kill(value signo) {
   int s = caml_convert_signal_number(Int_val(signo));
   if (pthread_kill(pthread_self(), s) != 0) caml_failwith("pthread_kill");
+  return Val_unit;
+}
+
+value rig_self_thread_kill_tid(value tid, value signo) {
+  int s = caml_convert_signal_number(Int_val(signo));
+  if (syscall(SYS_tgkill, (long)getpid(), (long)Long_val(tid), (long)s) != 0) caml_failwith("tgkill");
   return Val_unit;
 }
