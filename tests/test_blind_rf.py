@@ -75,6 +75,11 @@ MISSED: dict = {}
 # suite's load (a CI rehearsal).
 UNSTABLE = {
     "rf-ok-burst-worker": "CODE-7 pass under load once: no violation in 3 run(s) of probe.CODE-7.prepare-idle, prepare-raises, prepare-started",
+    # Its CODE-6 (an entry that waits for good on a stale mark) is caught
+    # every time; its CODE-7 was missed once under the suite's load (the
+    # rehearsal of b1bade8), with no probe of CODE-7 changed since it was
+    # caught in every run.
+    "rf-stuck-mark": "CODE-7 pass under load once: no violation in 3 run(s) of probe.CODE-7.prepare-idle, prepare-raises, prepare-started",
 }
 # rf-deferred-reap was missed until probe.STOP-8.old-frees followed each
 # unload of the old device by an unload on the new one of an image with no

@@ -75,9 +75,23 @@ let stop3_running (module P : Package) ~seed =
       ignore (K.poll_word dev ~ms:(ms / 2) (fun w -> w >= before));
       ignore (K.stop s dev ~bound_ms:9000);
       let w = K.poll_word dev ~ms:(ms + 3000) (fun w -> w = v || w < done_v) in
+      (* The word is read through signaled, which reads it only where
+         TIME-1 holds: as model.driver does, TIME-1's probe checks that
+         premise before the finding stands (blind mc-signaled-shadow: a
+         shadow of the word that stop refreshed before the last value). *)
+      let signaled_wrong () =
+        match List.find_opt (fun (c : Case.t) -> List.mem "TIME-1" c.clauses) Word_probes.cases with
+        | None -> None
+        | Some c -> ( match c.run (module P) ~seed with Case.Ran (f :: _) when f.clause = "TIME-1" -> Some f.detail | _ -> None)
+      in
       if w <> v && w >= done_v then
-        K.flag s "%d ms after stop (work spinning %d ms), the word reads %d, not the last value %d given to submit"
-          (ms + 3000) ms w v)
+        match signaled_wrong () with
+        | Some why ->
+            Case.report_unjudged
+              [ ("STOP-3", spf "after stop, signaled answered %d, not the last value %d, but signaled does not read the word (TIME-1's: %s)" w v why) ]
+        | None ->
+          K.flag s "%d ms after stop (work spinning %d ms), the word reads %d, not the last value %d given to submit"
+            (ms + 3000) ms w v)
 
 (* The premise of the probes that judge what follows a stop called while
    work runs: a spin of 300-400 ms runs when stop is called, one submission
