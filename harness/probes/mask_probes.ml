@@ -380,9 +380,9 @@ module Quiet (Pk : Rig_edge.Package) = struct
     in
     (* calls like those right after the opens: on devices opened anew *)
     let on_fresh k measure =
-      let fresh = List.filteri (fun i _ -> i < k) (List.filter_map (fun (o : D.t Rig_edge.opener) -> try Some (P.masked o.make) with _ -> None) os) in
-      let ms = try measure fresh with _ -> 0. in
-      List.iter (fun d -> try P.masked (fun () -> D.stop d ~fault:None) with _ -> ()) fresh;
+      let opened = List.filter_map (fun (o : D.t Rig_edge.opener) -> try Some (P.masked o.make) with _ -> None) os in
+      let ms = try measure (List.filteri (fun i _ -> i < k) opened) with _ -> 0. in
+      List.iter (fun d -> try P.masked (fun () -> D.stop d ~fault:None) with _ -> ()) opened;
       ms
     in
     let again_locate () =

@@ -29,10 +29,12 @@
       asks alloc (then free) of the same device: a lock of the driver's held
       there uncounted makes that take raise Sys_error (OCaml 5's mutexes
       refuse a re-take by their owner) or hang (the runner's timeout).
-    - [probe.locate-peer-quiet]: locate and peer on an idle device,
-      with work in flight and after stop, inside a counted lock and outside:
-      no counted lock taken, no wait entered
-      ({!Rig_edge_primitives.activity}), no exception.  A locate or peer
-      that blocks for good ends as the runner's timeout. *)
+    - [probe.locate-peer-quiet]: locate and peer right after the opens,
+      with work in flight, after the device's work faulted and after stop,
+      inside a counted lock and outside: no counted lock taken, no wait
+      entered ({!Rig_edge_primitives.activity}), no exception, no sleep of
+      150 ms (the thread's schedstat) that two more calls like it confirm.
+      A locate or peer that blocks for good ends as the runner's
+      timeout. *)
 
 val cases : Case.t list
