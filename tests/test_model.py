@@ -91,7 +91,10 @@ def test_hostmem_is_clean(case):
 def test_model_alone_finds_the_mutant(mutant, tmp_path):
     clause = MODEL_FINDS[mutant]
     seen = []
-    for seed in (1, 2, 3):
+    # Up to five seeds: under the whole suite's load one rehearsal's three
+    # seeds of sleep-consumes-fault met no fault a sleep saw twice (alone,
+    # seed 1 finds it).
+    for seed in (1, 2, 3, 4, 5):
         proc = run(
             ["--case", "model.driver", "--seed", str(seed), "--mutant", mutant, "--sequences", "16"],
             env_extra={"RIG_CONFORM_SHRINK_SECONDS": "0", "RIG_CONFORM_COUNTEREXAMPLES": str(tmp_path)},
@@ -100,7 +103,7 @@ def test_model_alone_finds_the_mutant(mutant, tmp_path):
         seen += [f[1] for f in findings(proc)]
         if clause in seen:
             break
-    assert clause in seen, f"{mutant}: model.driver found nothing in 3 seeds of 16 programs"
+    assert clause in seen, f"{mutant}: model.driver found nothing in 5 seeds of 16 programs"
     assert set(seen) == {clause}, f"{mutant} breaks {clause} only, yet the model flagged {seen}"
 
 
