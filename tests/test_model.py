@@ -91,9 +91,9 @@ def test_hostmem_is_clean(case):
 def test_model_alone_finds_the_mutant(mutant, tmp_path):
     clause = MODEL_FINDS[mutant]
     seen = []
-    # Up to five seeds: under the whole suite's load one rehearsal's three
-    # seeds of sleep-consumes-fault met no fault a sleep saw twice (alone,
-    # seed 1 finds it).
+    # Up to five seeds: under the whole suite's load, one rehearsal's three
+    # seeds found nothing for sleep-consumes-fault (alone, seed 1 finds it
+    # in 3 of 3 runs).
     for seed in (1, 2, 3, 4, 5):
         proc = run(
             ["--case", "model.driver", "--seed", str(seed), "--mutant", mutant, "--sequences", "16"],
