@@ -79,14 +79,9 @@ let stop3_running (module P : Package) ~seed =
          TIME-1 holds: as model.driver does, TIME-1's probe checks that
          premise before the finding stands (blind mc-signaled-shadow: a
          shadow of the word that stop refreshed before the last value). *)
-      let signaled_wrong () =
-        match List.find_opt (fun (c : Case.t) -> List.mem "TIME-1" c.clauses) Word_probes.cases with
-        | None -> None
-        | Some c -> ( match c.run (module P) ~seed with Case.Ran (f :: _) when f.clause = "TIME-1" -> Some f.detail | _ -> None)
-      in
       if w <> v && w >= done_v then
-        match signaled_wrong () with
-        | Some why ->
+        match Word_probes.signaled_wrong (module P) ~seed with
+        | Some { detail = why; _ } ->
             Case.report_unjudged
               [ ("STOP-3", spf "after stop, signaled answered %d, not the last value %d, but signaled does not read the word (TIME-1's: %s)" w v why) ]
         | None ->

@@ -85,3 +85,8 @@ let cases =
       run = (fun (module Pk : Rig_edge.Package) ~seed -> let module M = Probe (Pk) in M.run ~seed);
     };
   ]
+
+let signaled_wrong (module P : Rig_edge.Package) ~seed =
+  match List.find_opt (fun (c : Case.t) -> List.mem "TIME-1" c.clauses) cases with
+  | None -> None
+  | Some c -> ( match c.run (module P) ~seed with Case.Ran (f :: _) when f.clause = "TIME-1" -> Some f | _ -> None)
