@@ -14,6 +14,7 @@ external c_dev_ptr : cdev -> nativeint = "fake_stub_dev_ptr"
 external c_queue_fns : unit -> nativeint = "fake_stub_queue_fns"
 external c_word : cdev -> int = "fake_stub_word" [@@noalloc]
 external c_dead : cdev -> bool = "fake_stub_dead" [@@noalloc]
+external c_last_value : cdev -> int = "fake_stub_last_value" [@@noalloc]
 external c_set_commit_hold : cdev -> int -> unit = "fake_stub_set_commit_hold"
 external c_used : cdev -> int -> int = "fake_stub_used"
 external c_charge : cdev -> int -> int -> unit = "fake_stub_charge"
@@ -305,6 +306,7 @@ module D = struct
   let locate t r =
     ignore (injected "locate");
     if t.mut = m_locate_waits then P.wait Thread.yield;
+    if t.mut = m_locate_checks_holds then P.check_unheld "locate";
     if t.mut = m_locate_faults_when_lost && c_dead t.dev then raise (Fault "fake: locate of a region of a lost device");
     if t.mut = m_locate_cache_torn || t.mut = m_locate_cache_self then
       match (my_place_cache ()).key with Some r' when r' == r -> (my_place_cache ()).value | _ -> cache_place r
@@ -548,6 +550,7 @@ module D = struct
       raise (Fault "fake: the word's page was released at stop")
     else if t.mut = m_signaled_shadow then Atomic.get t.shadow
     else if t.mut = m_signaled_low_word then c_word t.dev land 0xFFFF_FFFF
+    else if t.mut = m_signaled_last_submitted then c_last_value t.dev
     else if t.mut = m_signaled_try_lock then begin
       (* Counts its reads under a lock it only tries, counted (rig_hold). *)
       P.hold ();

@@ -430,6 +430,8 @@ uint64_t fake_dev_word(struct fake_dev *d) {
 
 int fake_dev_dead(struct fake_dev *d) { return atomic_load(&d->dead); }
 
+uint64_t fake_dev_last_value(struct fake_dev *d) { return __atomic_load_n(&d->last_value, __ATOMIC_RELAXED); }
+
 uint64_t fake_dev_used(struct fake_dev *d, int kind) {
   dev_lock(d);
   uint64_t u = d->used[kind];

@@ -117,6 +117,8 @@ void fake_dev_release(struct fake_dev *d);
 
 /* The word, read with acquire order.  Takes no lock. */
 uint64_t fake_dev_word(struct fake_dev *d);
+/* The last value given to submit (the signaled-last-submitted mutant's answer). */
+uint64_t fake_dev_last_value(struct fake_dev *d);
 
 /* Whether the device stopped or faulted.  Takes no lock. */
 int fake_dev_dead(struct fake_dev *d);

@@ -109,6 +109,8 @@ let mutant_table =
     ("alloc-grow-order", "LOCK-8", "alloc takes two driver locks in one order, grow in the other", 115);
     ("locate-faults-when-lost", "LOCK-6", "locate raises Fault for a region of a device whose work faulted (or that stopped)", 113);
     ("peer-waits-link", "LOCK-6", "peer sleeps (Thread.delay, no wait of the primitives) until 250 ms after the later of the two devices' opens, when their link is known", 114);
+    ("signaled-last-submitted", "TIME-1", "signaled answers the last value given to submit, not the word: ahead of the work", 118);
+    ("locate-checks-holds", "LOCK-5", "locate starts as make does: it raises Invalid_argument while rig_holds () is not 0", 117);
     ("locate-cache-self", "LOCK-9", "locate keeps a one-entry cache per thread that it fills itself on a miss, its key and value written with an allocation between them: a locate from a callback inside locate leaves one region's key beside another's place", 112);
     ("locate-cache-torn", "LOCK-9", "locate keeps a one-entry cache per thread that alloc primes, its key and value written with an allocation between them: a locate from a callback there leaves one region's key beside another's place", 101);
     ("signaled-try-lock", "LOCK-5", "signaled counts its reads under a try-lock of its own (counted with rig_hold; it never blocks)", 64);
@@ -186,6 +188,8 @@ let m_locate_faults_when_lost = 113
 let m_peer_waits_link = 114
 let m_alloc_grow_order = 115
 let m_sleep_retry_masked = 116
+let m_locate_checks_holds = 117
+let m_signaled_last_submitted = 118
 let m_exit_handler_unshielded = 102
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64

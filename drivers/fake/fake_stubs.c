@@ -69,6 +69,7 @@ value fake_stub_queue_fns(value unit) {
 
 /* locate, peer and signaled use these two: no lock, no allocation. */
 value fake_stub_word(value dev) { return Val_long((intnat)fake_dev_word(Dev_val(dev))); }
+value fake_stub_last_value(value dev) { return Val_long((intnat)fake_dev_last_value(Dev_val(dev))); }
 value fake_stub_dead(value dev) { return Val_bool(fake_dev_dead(Dev_val(dev))); }
 
 value fake_stub_set_commit_hold(value dev, value ms) {

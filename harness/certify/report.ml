@@ -102,7 +102,45 @@ let blocked (c : Catalog.clause) (r : Runner.result) =
    catalog without one is said to be unchecked, never passed. *)
 let why_unchecked _ = "no check of this clause yet"
 
+(* Every run that asked signaled read the word through it: where TIME-1
+   fails, signaled does not read the word, and what such a run found of
+   another clause rests on a false premise (a wait that returned on a value
+   the word never showed, bytes read before their work ended).  Those
+   findings become the clause's "not judged", with TIME-1's evidence; the
+   fix of TIME-1 brings them back if they were real. *)
+let on_signaled_premise results =
+  let lie =
+    List.find_map
+      (fun (r : Runner.result) ->
+        match r.outcome with
+        | Findings fs ->
+            List.find_map
+              (fun (f : Case.finding) ->
+                if f.clause = "TIME-1" then Some (Printf.sprintf "%s (case %s, seed %d)" f.detail r.job.case.name r.job.seed) else None)
+              fs
+        | _ -> None)
+      results
+  in
+  match lie with
+  | None -> results
+  | Some lie ->
+      List.map
+        (fun (r : Runner.result) ->
+          match r.outcome with
+          | Findings fs when List.mem_assoc "signaled" r.traced ->
+              let kept, resting = List.partition (fun (f : Case.finding) -> f.clause = "TIME-1") fs in
+              let unjudged =
+                List.map
+                  (fun (f : Case.finding) ->
+                    (f.clause, Printf.sprintf "its run read the word through signaled, which TIME-1 finds does not read it (%s); it found: %s" lie f.detail))
+                  resting
+              in
+              { r with outcome = Findings kept; unjudged = r.unjudged @ unjudged }
+          | _ -> r)
+        results
+
 let verdicts ~cases ~selected results =
+  let results = on_signaled_premise results in
   List.map
     (fun (c : Catalog.clause) ->
       let mine = List.filter (checks c) cases in
@@ -139,6 +177,7 @@ let verdicts ~cases ~selected results =
     Catalog.all
 
 let flagged results =
+  let results = on_signaled_premise results in
   Catalog.all
   |> List.filter (fun c -> List.exists (fun r -> against c r <> None) results)
   |> List.map (fun (c : Catalog.clause) -> c.id)

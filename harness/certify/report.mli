@@ -20,14 +20,17 @@ type line = {
 (** [verdicts ~cases ~selected results]: one line per catalog clause.  A
     clause no case checks, or not [selected], is [Unchecked]; one with a
     finding, a crash or a timeout of a case that checks it is [Fail]; one
-    whose cases were all not applicable is [Na]; otherwise [Pass]. *)
+    whose cases were all not applicable is [Na]; otherwise [Pass].  Where
+    TIME-1 fails, the findings of other clauses in runs that asked signaled
+    are not judged: they rest on signaled reading the word. *)
 val verdicts : cases:Case.t list -> selected:Catalog.clause list -> Runner.result list -> line list
 
 (** Why a clause no case checks is unchecked (what is missing, or where
     else it is checked). *)
 val why_unchecked : string -> string
 
-(** The clauses each result flagged (findings, crashes and timeouts). *)
+(** The clauses each result flagged (findings, crashes and timeouts),
+    under the same premise about signaled as {!verdicts}. *)
 val flagged : Runner.result list -> string list
 
 (** The table on stdout; evidence and replay lines through {!for_terminal}. *)

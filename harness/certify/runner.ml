@@ -1,6 +1,6 @@
 (* Child processes for cases; see runner.mli.  The child writes its outcome
    on its channel as records "FINDING\tclause\tdetail", "NA\treason",
-   "ERROR\ttext", "CALLS\tfn\tn", "UNJUDGED\tclause\twhy", then "DONE\tn" (n: the records before it);
+   "ERROR\ttext", "CALLS\tfn\tn", "TRACED\tfn\tn", "UNJUDGED\tclause\twhy", then "DONE\tn" (n: the records before it);
    a batch writes "POINT\tinjection" before each point's records.  A child
    that ends without a DONE whose count matches crashed. *)
 
@@ -23,7 +23,14 @@ type outcome =
   | Blocked of { fn : string; first : string }
   | Crashed_once of { how : string; again : outcome }
 
-type result = { job : job; outcome : outcome; calls : (string * int) list; unjudged : (string * string) list; seconds : float }
+type result = {
+  job : job;
+  outcome : outcome;
+  calls : (string * int) list;
+  traced : (string * int) list;
+  unjudged : (string * string) list;
+  seconds : float;
+}
 
 let run_args j =
   [ "run" ]
@@ -55,6 +62,7 @@ let clean s = String.map (function '\n' | '\t' -> ' ' | c -> c) s
 
 let child (drv : Drivers.t) j =
   let say fmt = Printf.ksprintf Channel.say fmt in
+  Call_trace.reset_called ();
   let code =
     try
       match (j.case.run (Call_trace.wrap drv.package) ~seed:j.seed : Case.result) with
@@ -65,6 +73,7 @@ let child (drv : Drivers.t) j =
     with e -> say "ERROR\t%s" (clean (Printexc.to_string e)); 1
   in
   List.iter (fun (fn, n) -> say "CALLS\t%s\t%d" fn n) (Case.reported_calls ());
+  List.iter (fun (fn, n) -> say "TRACED\t%s\t%d" fn n) (Call_trace.called ());
   List.iter (fun (c, why) -> say "UNJUDGED\t%s\t%s" c (clean why)) (Case.reported_unjudged ());
   Channel.say_done ();
   code
@@ -89,13 +98,16 @@ let complete records =
       | _ -> false)
   | [] -> false
 
-let calls_of records =
+let tally_of tag records =
   List.filter_map
     (fun l ->
       match String.split_on_char '\t' l with
-      | [ "CALLS"; fn; n ] -> Option.map (fun n -> (fn, n)) (int_of_string_opt n)
+      | [ t; fn; n ] when t = tag -> Option.map (fun n -> (fn, n)) (int_of_string_opt n)
       | _ -> None)
     records
+
+let calls_of = tally_of "CALLS"
+let traced_of = tally_of "TRACED"
 
 (* A case speaks only for its own clauses. *)
 let unjudged_of j records =
@@ -311,7 +323,7 @@ let collect ?overstay r ended ~timed_out =
              the outer call holds, not of itself: later runs still wait for it. *)
           Hashtbl.replace hangs (hang_key j fn) (Printf.sprintf "case %s, seed %d" j.case.name j.seed)
       | _ -> ());
-      ([ (i, { job = j; outcome; calls = calls_of records; unjudged = unjudged_of j records; seconds }) ], [])
+      ([ (i, { job = j; outcome; calls = calls_of records; traced = traced_of records; unjudged = unjudged_of j records; seconds }) ], [])
   | batch when overstay = None && (not timed_out) && (match ended with Some (Exited (0 | 1)) -> false | _ -> true) ->
       (* The batch failed after its points (at exit, say): each point again
          alone, so that the one to blame has its own verdict. *)
@@ -328,7 +340,7 @@ let collect ?overstay r ended ~timed_out =
               match findings_of j seg with
               | Findings (_ :: _) when asynchronous j -> (ok, (i, j) :: again, true)
               | outcome ->
-                  ((i, { job = j; outcome; calls = calls_of seg; unjudged = unjudged_of j seg; seconds = seconds /. float n }) :: ok, again, false))
+                  ((i, { job = j; outcome; calls = calls_of seg; traced = traced_of seg; unjudged = unjudged_of j seg; seconds = seconds /. float n }) :: ok, again, false))
           | _ -> (ok, (i, j) :: again, tainted))
         ([], [], false) (List.mapi (fun k x -> (k, x)) batch)
       |> fun (ok, again, _) -> (List.rev ok, List.rev again)
@@ -430,7 +442,7 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
         (* The child could not even start (the program was replaced, no
            processes left): a verdict on those runs, not the runner's end. *)
         List.iter
-          (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; unjudged = []; seconds = 0. }))
+          (fun (i, j) -> finish (i, { job = j; outcome = Crashed ("could not start: " ^ Printexc.to_string e); calls = []; traced = []; unjudged = []; seconds = 0. }))
           next
   in
   let take_next () =

@@ -2,7 +2,7 @@
 
 external create_fd : unit -> int = "rig_iso_trace_create"
 external attach : int -> bool = "rig_iso_trace_attach"
-external enter : int -> unit = "rig_iso_trace_enter" [@@noalloc]
+external enter_page : int -> unit = "rig_iso_trace_enter" [@@noalloc]
 external leave : int -> unit = "rig_iso_trace_leave" [@@noalloc]
 external read : int -> (int * (int * int) list) list = "rig_iso_trace_read"
 
@@ -10,6 +10,19 @@ external read : int -> (int * (int * int) list) list = "rig_iso_trace_read"
 let names =
   [| "facts"; "locate"; "peer"; "alloc"; "free"; "map_peer"; "map_host"; "dma"; "image"; "entry"; "prepare"; "grow";
      "signaled"; "sleep"; "stop"; "unload"; "openers"; "make"; "room"; "submit"; "commit" |]
+
+(* How many times this process called each function, by its number: an
+   int array's store allocates nothing. *)
+let tally = Array.make (Array.length names) 0
+
+let enter i =
+  tally.(i) <- tally.(i) + 1;
+  enter_page i
+
+let reset_called () = Array.fill tally 0 (Array.length tally) 0
+
+let called () =
+  List.filter (fun (_, n) -> n > 0) (List.mapi (fun i n -> (names.(i), n)) (Array.to_list tally))
 
 (* A descriptor is its number on Linux (Unix's own representation). *)
 let fd_int (fd : Unix.file_descr) : int = Obj.magic fd

@@ -32,6 +32,13 @@ val attach : int -> bool
     watched child). *)
 val attach_page : Unix.file_descr -> bool
 
+(** The driver functions this process called through {!wrap}, each with
+    its number of calls (counted or not, unlike a case's [CALLS]). *)
+val called : unit -> (string * int) list
+
+(** Zero every count of {!called} (a batch's next point). *)
+val reset_called : unit -> unit
+
 (** [wrap p]: the package whose driver functions, capability, openers'
     make and queue functions (room, submit, commit) mark the page as they
     run, and otherwise are [p]'s. *)

@@ -329,7 +329,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
       let again = match again with Some g -> g | None -> fun () -> slept_in f in
       (* a finding, or a block to confirm once outside the probe's lock
          (where a make may open devices anew) *)
-      let measure where =
+      let measure ?(outside_returned = false) where =
         let before = P.activity () and holds = P.holds () in
         match slept_in f with
         | slept ->
@@ -347,11 +347,16 @@ module Quiet (Pk : Rig_edge.Package) = struct
                          what state where slept confirmed)
                   else None)
             else None
+        | exception (Invalid_argument _ as e) when outside_returned ->
+            (* raised inside the lock only: a check of rig_holds, which
+               these functions must not make (LOCK-5) *)
+            Some (fun () -> Some (finding "LOCK-5" "%s %s%s raised %s, and returned outside it: it checks rig_holds" what state where (Printexc.to_string e)))
         | exception e -> Some (fun () -> Some (finding "LOCK-6" "%s %s%s raised %s" what state where (Printexc.to_string e)))
       in
-      List.iter
-        (Option.iter (fun judge -> Option.iter (fun f -> findings := f :: !findings) (judge ())))
-        [ measure ""; P.Lock.protect lock (fun () -> measure ", inside a counted lock") ]
+      let outside = measure "" in
+      let outside_returned = match outside with None -> true | Some _ -> false in
+      let inside = P.Lock.protect lock (fun () -> measure ~outside_returned ", inside a counted lock") in
+      List.iter (Option.iter (fun judge -> Option.iter (fun f -> findings := f :: !findings) (judge ()))) [ outside; inside ]
     in
     (* signaled "must take no lock" (LOCK-5): a counted take, even one that
        never blocks (a try-lock), shows in the primitives' count of takes
