@@ -545,6 +545,7 @@ module D = struct
   (* No lock, no check: rig may call it while it holds a lock (TIME-1). *)
   let signaled t =
     ignore (injected "signaled");
+    if t.mut = m_signaled_checks_holds then P.check_unheld "signaled";
     if t.mut = m_stop_drops_word && Atomic.get t.stopped then 0
     else if t.mut = m_signaled_gone_after_stop && Atomic.get t.stopped && Atomic.fetch_and_add t.reads_after_stop 1 > 0 then
       raise (Fault "fake: the word's page was released at stop")

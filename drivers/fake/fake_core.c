@@ -616,7 +616,7 @@ void fake_free(struct fake_dev *d, struct fake_region *r) {
   }
   if (d->peer_window == r) d->peer_window = NULL;
   if (d->host_window == r) d->host_window = NULL;
-  if (r->kind >= 0) d->used[r->kind] -= r->size;
+  if (r->kind >= 0 && !(mutant(d, FAKE_M_FREE_KEEPS_CHARGE) && r->kind == FAKE_DEVICE)) d->used[r->kind] -= r->size;
   if (mutant(d, FAKE_M_FREE_UNPINS)) bus_unpin(r->mem);
   if (mutant(d, FAKE_M_FREE_SETS_ASIDE) && r->kind == FAKE_DEVICE && bus_holds(r->mem)) {
     /* Kept aside, still charged, for an alloc the budget refuses. */

@@ -37,6 +37,7 @@ let mutant_table =
     ("peer-two-opens", "MEM-4", "peer answers false for a device opened under a name that two opens before it had (its peer table holds two per name), though map_peer maps", 83);
     ("map-peer-copy", "MEM-5", "map_peer copies r's current bytes instead of aliasing them", 3);
     ("peer-map-shared", "MEM-5", "the free of a peer mapping unmaps the device's other mappings of the same memory (one mapping per memory, shared with no count)", 104);
+    ("free-keeps-charge", "MEM-2", "free of a Device region leaves its bytes charged to the device: alloc answers None for memory free gave back", 119);
     ("stop-pools-word", "STOP-5", "stop gives the device's word to a pool: the next device opened takes it and resets it to 0, while rig has not freed it", 111);
     ("stop-revokes-maps", "STOP-5", "a device's stop revokes the peer mappings other devices made of its memory: a read through one then raises Fault", 110);
     ("map-peer-one-window", "MEM-5", "a map_peer unmaps the device's previous map_peer mapping (which keeps a copy), not yet freed", 62);
@@ -110,6 +111,7 @@ let mutant_table =
     ("locate-faults-when-lost", "LOCK-6", "locate raises Fault for a region of a device whose work faulted (or that stopped)", 113);
     ("peer-waits-link", "LOCK-6", "peer sleeps (Thread.delay, no wait of the primitives) until 250 ms after the later of the two devices' opens, when their link is known", 114);
     ("signaled-last-submitted", "TIME-1", "signaled answers the last value given to submit, not the word: ahead of the work", 118);
+    ("signaled-checks-holds", "LOCK-5", "signaled starts as make does: it raises Invalid_argument while rig_holds () is not 0", 120);
     ("locate-checks-holds", "LOCK-5", "locate starts as make does: it raises Invalid_argument while rig_holds () is not 0", 117);
     ("locate-cache-self", "LOCK-9", "locate keeps a one-entry cache per thread that it fills itself on a miss, its key and value written with an allocation between them: a locate from a callback inside locate leaves one region's key beside another's place", 112);
     ("locate-cache-torn", "LOCK-9", "locate keeps a one-entry cache per thread that alloc primes, its key and value written with an allocation between them: a locate from a callback there leaves one region's key beside another's place", 101);
@@ -190,6 +192,7 @@ let m_alloc_grow_order = 115
 let m_sleep_retry_masked = 116
 let m_locate_checks_holds = 117
 let m_signaled_last_submitted = 118
+let m_signaled_checks_holds = 120
 let m_exit_handler_unshielded = 102
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64

@@ -102,45 +102,59 @@ let blocked (c : Catalog.clause) (r : Runner.result) =
    catalog without one is said to be unchecked, never passed. *)
 let why_unchecked _ = "no check of this clause yet"
 
-(* Every run that asked signaled read the word through it: where TIME-1
-   fails, signaled does not read the word, and what such a run found of
-   another clause rests on a false premise (a wait that returned on a value
-   the word never showed, bytes read before their work ended).  Those
-   findings become the clause's "not judged", with TIME-1's evidence; the
-   fix of TIME-1 brings them back if they were real. *)
-let on_signaled_premise results =
-  let lie =
+(* What other findings rest on.  A run that asked signaled read the word
+   through it; a run that called free measured or reused memory free gave
+   back.  Where the premise's own check fails (TIME-1: signaled does not
+   read the word; MEM-2's given-back probe: free does not give memory
+   back), what such a run found of another clause rests on a false premise
+   (a wait that returned on a value the word never showed, free memory
+   that never came back), and becomes that clause's "not judged", with the
+   premise's evidence: the fix of the premise brings it back if real. *)
+type premise = {
+  check : string;  (** the clause that checks the premise *)
+  shown_by : Runner.result -> bool;  (** the runs whose finding of [check] breaks it *)
+  rests : string;                     (** the driver function whose call makes a run rest on it *)
+  says : string;
+}
+
+let premises =
+  [ { check = "TIME-1"; shown_by = (fun _ -> true); rests = "signaled";
+      says = "its run read the word through signaled, which TIME-1 finds does not read it" };
+    { check = "MEM-2"; shown_by = (fun r -> r.job.case.name = "probe.MEM-2.given-back"); rests = "free";
+      says = "its run rests on memory that free gives back, which MEM-2 finds free does not" } ]
+
+let under_premise results (p : premise) =
+  let broken =
     List.find_map
       (fun (r : Runner.result) ->
         match r.outcome with
-        | Findings fs ->
+        | Findings fs when p.shown_by r ->
             List.find_map
               (fun (f : Case.finding) ->
-                if f.clause = "TIME-1" then Some (Printf.sprintf "%s (case %s, seed %d)" f.detail r.job.case.name r.job.seed) else None)
+                if f.clause = p.check then Some (Printf.sprintf "%s (case %s, seed %d)" f.detail r.job.case.name r.job.seed) else None)
               fs
         | _ -> None)
       results
   in
-  match lie with
+  match broken with
   | None -> results
-  | Some lie ->
+  | Some evidence ->
       List.map
         (fun (r : Runner.result) ->
           match r.outcome with
-          | Findings fs when List.mem_assoc "signaled" r.traced ->
-              let kept, resting = List.partition (fun (f : Case.finding) -> f.clause = "TIME-1") fs in
+          | Findings fs when List.mem_assoc p.rests r.traced && not (p.shown_by r && List.exists (fun (f : Case.finding) -> f.clause = p.check) fs) ->
+              let kept, resting = List.partition (fun (f : Case.finding) -> f.clause = p.check) fs in
               let unjudged =
-                List.map
-                  (fun (f : Case.finding) ->
-                    (f.clause, Printf.sprintf "its run read the word through signaled, which TIME-1 finds does not read it (%s); it found: %s" lie f.detail))
-                  resting
+                List.map (fun (f : Case.finding) -> (f.clause, Printf.sprintf "%s (%s); it found: %s" p.says evidence f.detail)) resting
               in
               { r with outcome = Findings kept; unjudged = r.unjudged @ unjudged }
           | _ -> r)
         results
 
+let on_premises results = List.fold_left under_premise results premises
+
 let verdicts ~cases ~selected results =
-  let results = on_signaled_premise results in
+  let results = on_premises results in
   List.map
     (fun (c : Catalog.clause) ->
       let mine = List.filter (checks c) cases in
@@ -177,7 +191,7 @@ let verdicts ~cases ~selected results =
     Catalog.all
 
 let flagged results =
-  let results = on_signaled_premise results in
+  let results = on_premises results in
   Catalog.all
   |> List.filter (fun c -> List.exists (fun r -> against c r <> None) results)
   |> List.map (fun (c : Catalog.clause) -> c.id)

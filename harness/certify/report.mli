@@ -20,9 +20,11 @@ type line = {
 (** [verdicts ~cases ~selected results]: one line per catalog clause.  A
     clause no case checks, or not [selected], is [Unchecked]; one with a
     finding, a crash or a timeout of a case that checks it is [Fail]; one
-    whose cases were all not applicable is [Na]; otherwise [Pass].  Where
-    TIME-1 fails, the findings of other clauses in runs that asked signaled
-    are not judged: they rest on signaled reading the word. *)
+    whose cases were all not applicable is [Na]; otherwise [Pass].  Findings
+    that rest on a premise another check finds broken are not judged: where
+    TIME-1 fails, those of other clauses in runs that asked signaled (they
+    rest on signaled reading the word); where probe.MEM-2.given-back fails,
+    those of other clauses in runs that called free. *)
 val verdicts : cases:Case.t list -> selected:Catalog.clause list -> Runner.result list -> line list
 
 (** Why a clause no case checks is unchecked (what is missing, or where
@@ -30,7 +32,7 @@ val verdicts : cases:Case.t list -> selected:Catalog.clause list -> Runner.resul
 val why_unchecked : string -> string
 
 (** The clauses each result flagged (findings, crashes and timeouts),
-    under the same premise about signaled as {!verdicts}. *)
+    under the same premises as {!verdicts}. *)
 val flagged : Runner.result list -> string list
 
 (** The table on stdout; evidence and replay lines through {!for_terminal}. *)

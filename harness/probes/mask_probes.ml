@@ -362,7 +362,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
        never blocks (a try-lock), shows in the primitives' count of takes
        (activity less waits).  Whether it blocks or raises is TIME-1's. *)
     let check_signaled state =
-      let measure where =
+      let measure ?(outside_returned = false) where =
         let takes () = P.activity () - P.waits () in
         let before = takes () and holds = P.holds () in
         match D.signaled d with
@@ -372,11 +372,14 @@ module Quiet (Pk : Rig_edge.Package) = struct
             else if P.holds () <> holds then
               Some (finding "LOCK-5" "signaled %s%s left rig_holds at %d, not %d" state where (P.holds ()) holds)
             else None
+        | exception (Invalid_argument _ as e) when outside_returned ->
+            Some (finding "LOCK-5" "signaled %s%s raised %s, and returned outside it: it checks rig_holds" state where (Printexc.to_string e))
         | exception _ -> None
       in
-      List.iter
-        (Option.iter (fun f -> findings := f :: !findings))
-        [ measure ""; P.Lock.protect lock (fun () -> measure ", inside a counted lock") ]
+      let outside = measure "" in
+      let outside_returned = outside = None in
+      let inside = P.Lock.protect lock (fun () -> measure ~outside_returned ", inside a counted lock") in
+      List.iter (Option.iter (fun f -> findings := f :: !findings)) [ outside; inside ]
     in
     let probe ?again_locate ?again_peer state =
       check_signaled state;

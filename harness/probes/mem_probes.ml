@@ -389,9 +389,28 @@ let mem8_dma_errors (module P : Package) ~seed =
       | Ok (Bus _) -> ()
       | Error why -> K.flag s "dma ~fn:%S (kit.bus_function) of %d bytes of Device memory is Error %S" fn n why)
 
+(* MEM-2: memory free gave back is memory d has.  All the Device memory
+   alloc gives (Kit.take: power-of-two sizes, largest first), freed, then
+   the same again: the second take gets as much (within 1 s, for a free
+   that gives back on a thread of its own).  Every probe that measures
+   free Device memory rests on this (Report's premises). *)
+let mem2_given_back (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"MEM-2" ~seed (fun s ->
+      let dev = K.open_first s in
+      let first = K.take s dev max_int in
+      let had = K.total first in
+      if had = 0 then raise (Skip "alloc gave no Device memory");
+      List.iter K.free_reg first;
+      let again = K.free_bytes_when s dev ~deadline:(now () +. 1.) (fun b -> b >= had) in
+      if again < had then
+        K.flag s "alloc answered None for Device memory that free gave back: %d bytes taken in %d region(s) and all freed, then the same allocs got %d bytes (1 s later)"
+          had (List.length first) again)
+
 let cases =
   [
     case "probe.MEM-2.distinct-regions" "MEM-2" mem2_distinct;
+    case "probe.MEM-2.given-back" "MEM-2" mem2_given_back;
     case "probe.MEM-4.peer-after-stop" "MEM-4" mem4_peer_stable;
     case "probe.MEM-5.map-peer-live" "MEM-5" mem5_map_peer_live;
     case "probe.MEM-7.whole-pages" "MEM-7" mem7_whole_pages;

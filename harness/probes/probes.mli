@@ -123,6 +123,7 @@ module Kit (P : Rig_edge.Package) : sig
   val submit : ?commit:bool -> dev -> Rig_edge.part list -> (int, string) result
   val launch : dev -> int64 -> string -> int
   val take : session -> dev -> int -> reg list
+  val total : reg list -> int
   val free_bytes : session -> dev -> int
 
   (** [free_bytes_when s dev ~deadline until]: free Device memory once
