@@ -275,6 +275,51 @@ SLOW_FIRST = (
 )
 
 
+# CPU per test (issue 14): this process's and the children it waited for
+# (a certifier and every child it reaped), one line per test in
+# out/test-cpu/<worker>.tsv; the terminal summary adds them up per file.
+TEST_CPU_DIR = ROOT / "out" / "test-cpu"
+
+
+def _cpu_seconds():
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    before = _cpu_seconds()
+    yield
+    used = _cpu_seconds() - before
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    TEST_CPU_DIR.mkdir(parents=True, exist_ok=True)
+    with open(TEST_CPU_DIR / f"{worker}.tsv", "a") as f:
+        f.write(f"{item.nodeid}\t{used:.2f}\n")
+
+
+def pytest_sessionstart(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        for old in TEST_CPU_DIR.glob("*.tsv"):
+            old.unlink()
+
+
+def pytest_terminal_summary(terminalreporter):
+    per_file = {}
+    for path in TEST_CPU_DIR.glob("*.tsv"):
+        for line in path.read_text().splitlines():
+            nodeid, _, cpu = line.rpartition("\t")
+            name = nodeid.split("::")[0]
+            per_file[name] = per_file.get(name, 0.0) + float(cpu)
+    if per_file:
+        terminalreporter.write_line(
+            f"CPU of the tests (theirs and their children's), {sum(per_file.values()):.0f} s in all; the most:"
+        )
+        for name, cpu in sorted(per_file.items(), key=lambda kv: -kv[1])[:12]:
+            terminalreporter.write_line(f"  {cpu:8.1f} s  {name}")
+
+
 def pytest_collection_modifyitems(config, items):
     # A stable sort: the same order in every xdist worker, as it requires.
     items.sort(key=lambda item: not any(s in item.nodeid for s in SLOW_FIRST))

@@ -53,6 +53,7 @@ SETS = [
     ("test_blind_ts", "BLINDTS"),
     ("test_blind_lk", "BLINDLK"),
     ("test_blind_mc", "BLINDMC"),
+    ("test_blind_fw", "BLINDFW"),
 ]
 
 

@@ -307,6 +307,7 @@ module D = struct
     ignore (injected "locate");
     if t.mut = m_locate_waits then P.wait Thread.yield;
     if t.mut = m_locate_checks_holds then P.check_unheld "locate";
+    if t.mut = m_locate_logs then prerr_endline "fake: locate";
     if t.mut = m_locate_faults_when_lost && c_dead t.dev then raise (Fault "fake: locate of a region of a lost device");
     if t.mut = m_locate_cache_torn || t.mut = m_locate_cache_self then
       match (my_place_cache ()).key with Some r' when r' == r -> (my_place_cache ()).value | _ -> cache_place r

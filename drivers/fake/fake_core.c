@@ -196,7 +196,16 @@ static uint64_t room_of(const struct fake_dev *d, int kind) {
 static void store_word(struct fake_dev *d, uint64_t v) {
   if (mutant(d, FAKE_M_WORD_RACE))
     *(volatile uint64_t *)&d->word = v; /* a plain store: a data race */
-  else
+  else if (mutant(d, FAKE_M_WORD_HALVES)) {
+    /* two 32-bit stores (x86-64 is little-endian: the low half first) */
+    _Atomic uint32_t *half = (_Atomic uint32_t *)&d->word;
+    atomic_store_explicit(&half[0], (uint32_t)v, memory_order_release);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 50000);
+    atomic_store_explicit(&half[1], (uint32_t)(v >> 32), memory_order_release);
+  } else
     atomic_store_explicit(&d->word, v, memory_order_release);
   pthread_cond_broadcast(&d->cv);
 }

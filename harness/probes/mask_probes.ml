@@ -302,6 +302,27 @@ module Quiet (Pk : Rig_edge.Package) = struct
         | Error _ -> None
         | exception _ -> None)
 
+  (* [with_full_output f]: f () with file descriptors 1 and 2 on a pipe
+     that is full, so that a write to either blocks; then they are put
+     back and the pipe drained, which lets a writer that blocked go on. *)
+  let with_full_output f =
+    flush stdout;
+    flush stderr;
+    let r, w = Unix.pipe ~cloexec:true () in
+    Unix.set_nonblock w;
+    let chunk = Bytes.make 65536 'x' in
+    (try while Unix.write w chunk 0 (Bytes.length chunk) > 0 do () done with Unix.Unix_error _ -> ());
+    Unix.clear_nonblock w;
+    let saved = List.map (fun fd -> (fd, Unix.dup ~cloexec:true fd)) [ Unix.stdout; Unix.stderr ] in
+    List.iter (fun (fd, _) -> Unix.dup2 ~cloexec:false w fd) saved;
+    Fun.protect f ~finally:(fun () ->
+        List.iter (fun (fd, keep) -> Unix.dup2 ~cloexec:false keep fd; Unix.close keep) saved;
+        Unix.close w;
+        Unix.set_nonblock r;
+        (* the read end stays open: a writer still blocked gets its bytes
+           in once drained, never an EPIPE (SIGPIPE) *)
+        try while Unix.read r chunk 0 (Bytes.length chunk) > 0 do () done with Unix.Unix_error _ -> ())
+
   let run ~seed =
     let os = P.masked Pk.openers in
     let devices = List.filter_map (fun (o : D.t Rig_edge.opener) -> try Some (P.masked o.make) with _ -> None) os in
@@ -402,6 +423,9 @@ module Quiet (Pk : Rig_edge.Package) = struct
         | [] -> 0.)
     and again_peer () = on_fresh 2 (function d1 :: d2 :: _ -> slept_in (fun () -> ignore (D.peer d1 d2)) | _ -> 0.) in
     probe ~again_locate ~again_peer "right after the opens";
+    (* A write to stdout or stderr may block, for as long as the reader
+       lets the pipe stay full: make it so, and ask again. *)
+    with_full_output (fun () -> probe "with stdout and stderr full pipes");
     (* Work in flight: a fill of the region, not waited for. *)
     let q = (D.facts d).queue in
     let v = 1 + (seed mod 9) in

@@ -106,16 +106,89 @@ module Probe (Pk : Rig_edge.Package) = struct
                     in
                     (Some value, watch 20)
             in
+            (* 1024 works whose values each change both 32-bit halves of the
+               word (k * 2^32 + 0xFFFFFFFF, then (k+1) * 2^32), while
+               signaled is read as fast as it answers: each answer must be
+               a value given to submit, never one made of two halves of
+               different writes, and never go back.  In 32 rounds of 16,
+               each committed right before its reads, so that the device
+               writes while this thread reads on another core, then one of
+               512, long enough that the device's thread is preempted
+               between two writes where both share one core.  Returns the
+               last value submitted and the findings. *)
+            let torn ~after =
+              let k0 = (after lsr 32) + 1 in
+              let values = Array.init 1024 (fun i -> ((k0 + ((i + 1) / 2)) lsl 32) lor (if i land 1 = 0 then 0xFFFF_FFFF else 0)) in
+              let given = Hashtbl.create 1024 in
+              Hashtbl.replace given after ();
+              let submitted = ref after and failed = ref false in
+              let submit v =
+                let s = Rig_edge.encode [ Rig_edge.Fill { dst = place.handle; off = 0; len = 4; byte = v land 0xff } ] in
+                let rec fit k = k > 0 && match P.masked (fun () -> q.room s) with
+                  | Rig_edge.Room -> true
+                  | Grow -> P.masked (fun () -> D.grow d) = Rig_edge.Grown && fit (k - 1) in
+                (* a failed submit loses the device: no value after it *)
+                if not !failed then
+                  if fit 4 && P.masked (fun () -> q.submit s ~value:v) then begin
+                    Hashtbl.replace given v ();
+                    submitted := v
+                  end
+                  else failed := true
+              in
+              let deadline = Unix.gettimeofday () +. 1.5 in
+              let rec spin n prev ~until =
+                let w = D.signaled d in
+                if not (Hashtbl.mem given w) && w > after then
+                  Error (finding "TIME-1" "signaled answered 0x%x, a value no submit was given (the values were k * 2^32 + 0xFFFFFFFF and (k+1) * 2^32, from 0x%x): a word read in parts of different writes" w values.(0))
+                else if w < prev then Error (finding "TIME-1" "signaled answered 0x%x after 0x%x: the word went back" w prev)
+                else if w >= until then Ok w
+                else if n land 255 = 0 && Unix.gettimeofday () > deadline then Ok w
+                else begin
+                  if n land 255 = 0 then Thread.yield ();
+                  spin (n + 1) w ~until
+                end
+              in
+              let rec rounds first sizes prev =
+                match sizes with
+                | [] -> []
+                | _ when !failed || Unix.gettimeofday () > deadline -> []
+                | n :: sizes -> (
+                    for i = first to first + n - 1 do submit values.(i) done;
+                    ignore (P.masked (fun () -> q.commit ()));
+                    match spin 1 prev ~until:!submitted with
+                    | Error f -> [ f ]
+                    | Ok w -> rounds (first + n) sizes w)
+              in
+              let found = rounds 0 (List.init 32 (fun _ -> 16) @ [ 512 ]) 0 in
+              (!submitted, found)
+            in
             let byte = 1 + (seed mod 250) in
             let found = show ~value:1 ~byte in
             (* Values are 64-bit and increase per device: the next one at
                2^32 or more, which a word read through 32 bits loses. *)
             let last = if found = [] then (1 lsl 32) + 1 + (seed mod 1000) else 1 in
             let found = if found = [] then show ~value:last ~byte:(1 + (byte mod 250)) else found in
+            let last, found = if found = [] then torn ~after:last else (last, found) in
             let hung_value, found = if found = [] then ahead_of_hang ~value:(last + 1) else (None, found) in
             let last = Option.value hung_value ~default:last in
             P.masked (fun () -> D.stop d ~fault:(Option.map (fun _ -> "hang bound") hung_value));
-            if Probes.word_reaches ~signaled:(fun () -> D.signaled d) ~last ~ms:2000 || found <> [] then begin
+            (* rig drops signaled's faults after stop, but reads the word
+               through it until the word shows the last value: a signaled
+               that only raises leaves rig waiting for good *)
+            let raised = ref None and answered = ref false in
+            let reached =
+              Probes.word_reaches ~ms:2000 ~last ~signaled:(fun () ->
+                  match D.signaled d with
+                  | w -> answered := true; w
+                  | exception e -> raised := Some e; raise e)
+            in
+            let found =
+              match !raised with
+              | Some e when found = [] && (not reached) && not !answered ->
+                  [ finding "TIME-1" "after stop, signaled raised %s at each call for 2 s, where rig reads the word through it until it shows the last value %d" (Printexc.to_string e) last ]
+              | _ -> found
+            in
+            if reached || found <> [] then begin
               (try P.masked (fun () -> D.free d r) with _ -> ());
               Option.iter (fun im -> try P.masked (fun () -> D.unload im) with _ -> ()) !image;
               Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) facts.own_word
