@@ -87,6 +87,16 @@ MISSED = {
     "fw-peer-trylock": "missed: LOCK-5 pass [a try-lock of a C mutex that only an open holds, for a few instructions]",
 }
 
+# Verdicts right in some runs only.
+UNSTABLE = {
+    # Its two halves are written 5 us apart, busy: a read shows half a write
+    # only while this device's thread is between them, on another core or
+    # preempted there.  Found in 3 of 3 certifications on an idle machine;
+    # missed once of 1 under two CPU hogs (the fake's word-halves, 50 us
+    # apart, was found 10 of 10 under four).
+    "fw-signaled-torn": "a torn read shows only while the device's writer is between its halves",
+}
+
 CONFORMING = {
     "fw-ok-pool-classes": {},
     "fw-ok-free-deferred-drain": {},
@@ -97,7 +107,7 @@ CONFORMING = {
 }
 
 
-@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
+@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED, UNSTABLE))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     assert_fails_exactly(BLINDFW, driver, BROKEN[driver], tmp_path)
 
