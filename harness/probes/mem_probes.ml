@@ -404,7 +404,7 @@ let mem2_given_back (module P : Package) ~seed =
       let first = K.take s dev max_int in
       let had = K.total first in
       if had = 0 then raise (Skip "alloc gave no Device memory");
-      let largest = List.fold_left (fun m r -> max m (K.place r).size) 0 first in
+      let largest = List.fold_left (fun m (r : K.reg) -> max m r.size) 0 first in
       List.iter K.free_reg first;
       let host_n = max word (had / 4 / word * word) in
       for _ = 1 to 3 do
