@@ -54,6 +54,7 @@ SETS = [
     ("test_blind_lk", "BLINDLK"),
     ("test_blind_mc", "BLINDMC"),
     ("test_blind_fw", "BLINDFW"),
+    ("test_blind_fx", "BLINDFX"),
 ]
 
 

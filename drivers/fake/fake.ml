@@ -314,7 +314,10 @@ module D = struct
     else r.place
 
   (* From what the devices learned at open only (MEM-4). *)
+  let peer_table_lock = P.Lock.create "the fake's peer table"
+
   let peer d d' =
+    if d.mut = m_peer_takes_lock then P.Lock.protect peer_table_lock ignore;
     (* the link between the two is known 250 ms after the later open *)
     if d.mut = m_peer_waits_link then begin
       let ready = Float.max d.opened_at d'.opened_at +. 0.25 in

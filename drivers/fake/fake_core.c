@@ -203,7 +203,7 @@ static void store_word(struct fake_dev *d, uint64_t v) {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     do clock_gettime(CLOCK_MONOTONIC, &b);
-    while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 50000);
+    while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 500000);
     atomic_store_explicit(&half[1], (uint32_t)(v >> 32), memory_order_release);
   } else
     atomic_store_explicit(&d->word, v, memory_order_release);

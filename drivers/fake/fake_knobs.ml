@@ -110,9 +110,10 @@ let mutant_table =
     ("alloc-grow-order", "LOCK-8", "alloc takes two driver locks in one order, grow in the other", 115);
     ("locate-faults-when-lost", "LOCK-6", "locate raises Fault for a region of a device whose work faulted (or that stopped)", 113);
     ("peer-waits-link", "LOCK-6", "peer sleeps (Thread.delay, no wait of the primitives) until 250 ms after the later of the two devices' opens, when their link is known", 114);
-    ("word-halves", "TIME-1", "the device writes the word as two 32-bit halves, low first, 50 us apart (busy): signaled can read half a write", 121);
+    ("word-halves", "TIME-1", "the device writes the word as two 32-bit halves, low first, 500 us apart (busy): signaled can read half a write", 121);
     ("signaled-last-submitted", "TIME-1", "signaled answers the last value given to submit, not the word: ahead of the work", 118);
     ("signaled-checks-holds", "LOCK-5", "signaled starts as make does: it raises Invalid_argument while rig_holds () is not 0", 120);
+    ("peer-takes-lock", "LOCK-5", "peer reads the peer table under a counted lock of its own (never held long)", 123);
     ("locate-logs", "LOCK-6", "locate writes a line to stderr and flushes it: it blocks while the pipe is full", 122);
     ("locate-checks-holds", "LOCK-5", "locate starts as make does: it raises Invalid_argument while rig_holds () is not 0", 117);
     ("locate-cache-self", "LOCK-9", "locate keeps a one-entry cache per thread that it fills itself on a miss, its key and value written with an allocation between them: a locate from a callback inside locate leaves one region's key beside another's place", 112);
@@ -196,6 +197,7 @@ let m_locate_checks_holds = 117
 let m_signaled_last_submitted = 118
 let m_signaled_checks_holds = 120
 let m_locate_logs = 122
+let m_peer_takes_lock = 123
 let m_exit_handler_unshielded = 102
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64

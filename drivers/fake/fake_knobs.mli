@@ -74,6 +74,7 @@ val m_locate_checks_holds : int
 val m_signaled_last_submitted : int
 val m_signaled_checks_holds : int
 val m_locate_logs : int
+val m_peer_takes_lock : int
 val m_exit_handler_unshielded : int
 val m_alloc_not_reentrant : int
 val m_signaled_try_lock : int

@@ -21,8 +21,9 @@
      hostile-forge-na      make prints NA and DONE and exits 0;
      hostile-partial-hides stop is hostmem's abort (a real STOP-3 bug, as
                            broken-stop-forgets) after a partial line "DO";
-     hostile-chatty        exactly hostmem, but every call prints the forgery
-                           first: its verdicts must be hostmem's.
+     hostile-chatty        exactly hostmem, but every call that may block
+                           prints the forgery first: its verdicts must be
+                           hostmem's.
    Descriptors, in make: hostile-make-close-fds (closes 3..1023),
    hostile-make-garbage-fds (writes garbage to 3..20), hostile-make-dup2-null
    (/dev/null over 1 and 2).
@@ -119,15 +120,17 @@ let () =
       let stop d ~fault:_ = C.write 1 "DO"; C.write 2 "DO"; Hostmem.abort d
     end)
 
-(* Exactly hostmem, but every call prints the forgery first. *)
+(* Exactly hostmem, but every call that may block prints the forgery first. *)
 let () =
   let say () = C.forge () in
   register "hostile-chatty" ~openers:(before_make say)
     (module struct
       include H
       let facts d = say (); let f = H.facts d in { f with queue = around_queue (fun _ -> say ()) f.queue }
-      let locate d r = say (); H.locate d r
-      let peer a b = say (); H.peer a b
+      (* locate, peer and signaled must not block, which a write may
+         (LOCK-6, TIME-1): they print nothing *)
+      let locate = H.locate
+      let peer = H.peer
       let alloc d m n = say (); H.alloc d m n
       let free d r = say (); H.free d r
       let map_peer a b r = say (); H.map_peer a b r
@@ -137,7 +140,7 @@ let () =
       let entry i f = say (); H.entry i f
       let prepare i f = say (); H.prepare i f
       let grow d = say (); H.grow d
-      let signaled d = say (); H.signaled d
+      let signaled = H.signaled
       let sleep d ~seen ~still_ms = say (); H.sleep d ~seen ~still_ms
       let stop d ~fault = say (); H.stop d ~fault
       let unload i = say (); H.unload i

@@ -73,7 +73,8 @@ let child (drv : Drivers.t) j =
     with e -> say "ERROR\t%s" (clean (Printexc.to_string e)); 1
   in
   List.iter (fun (fn, n) -> say "CALLS\t%s\t%d" fn n) (Case.reported_calls ());
-  List.iter (fun (fn, n) -> say "TRACED\t%s\t%d" fn n) (Call_trace.called ());
+  (* for the report's premises; a replay by hand does not need them *)
+  if Channel.to_certifier () then List.iter (fun (fn, n) -> say "TRACED\t%s\t%d" fn n) (Call_trace.called ());
   List.iter (fun (c, why) -> say "UNJUDGED\t%s\t%s" c (clean why)) (Case.reported_unjudged ());
   Channel.say_done ();
   code

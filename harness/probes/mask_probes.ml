@@ -351,11 +351,14 @@ module Quiet (Pk : Rig_edge.Package) = struct
       (* a finding, or a block to confirm once outside the probe's lock
          (where a make may open devices anew) *)
       let measure ?(outside_returned = false) where =
-        let before = P.activity () and holds = P.holds () in
+        let before = P.activity () and waits = P.waits () and holds = P.holds () in
         match slept_in f with
         | slept ->
-            if P.activity () <> before then
-              Some (fun () -> Some (finding "LOCK-6" "%s %s%s took a counted lock or entered a wait" what state where))
+            if P.waits () <> waits then
+              Some (fun () -> Some (finding "LOCK-6" "%s %s%s entered a wait" what state where))
+            else if P.activity () <> before then
+              (* a counted take, even one that never blocks (LOCK-5) *)
+              Some (fun () -> Some (finding "LOCK-5" "%s %s%s took a counted lock" what state where))
             else if P.holds () <> holds then
               Some (fun () -> Some (finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d" what state where (P.holds ()) holds))
             else if slept >= blocked_floor_ms then

@@ -69,8 +69,8 @@ module Probe (Pk : Rig_edge.Package) = struct
               in
               watch None
             in
-            (* Work that never ends (kit.hang), a Fill behind it: the word
-               can never show its value, so neither may signaled.  A
+            (* Work that never ends (a Fill, then kit.hang): the word can
+               never show its value, so neither may signaled.  A
                signaled that answers from anything but the word (the last
                value submitted, say) shows it at once.  Returns the value
                submitted, if any, and the findings. *)
@@ -89,8 +89,10 @@ module Probe (Pk : Rig_edge.Package) = struct
               match hang_entry with
               | None -> (None, [])
               | Some h ->
-                  let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args = [] };
-                                            Rig_edge.Fill { dst = place.handle; off = 0; len = 64; byte = 0 } ] in
+                  (* the hang last: a word written as the last part
+                     starts, not once it ran, shows here too *)
+                  let s = Rig_edge.encode [ Rig_edge.Fill { dst = place.handle; off = 0; len = 64; byte = 0 };
+                                            Rig_edge.Launch { entry = h; args = [] } ] in
                   let rec fit () = match P.masked (fun () -> q.room s) with
                     | Rig_edge.Room -> ()
                     | Grow -> ignore (P.masked (fun () -> D.grow d)); fit () in
