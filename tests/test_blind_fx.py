@@ -11,7 +11,8 @@ ambiguities met are at the top of drivers/blindfx/blindfx.ml, and
 drivers/blindfx/check/ (fxcheck.exe) is the author's own check (6 bugs
 shown, 10 clean).
 
-The first certify (of ae6f91b) left the 10 conforming drivers clean and
+The first certify (of ae6f91b) left the 10 conforming drivers clean (one
+CODE-3 n/a, below) and
 flagged 3 of the 6 broken ones with exactly their clause; fx-peer-table-lock
 failed LOCK-6 (a counted take in peer was filed there), fx-word-early failed
 CNT-2, GUAR-7 and STOP-3 (rig and stop findings that rest on signaled), and
@@ -65,7 +66,11 @@ MISSED: dict = {}
 
 CONFORMING = {
     "fx-ok-buddy": {},
-    "fx-ok-slab": {},
+    # CODE-3's probe fills Device memory with alloc and asks an entry that
+    # needs more than is left; this entry gets its scratch from empty slabs
+    # the cache gives back, which the probe cannot fill: n/a, with that
+    # reason (no verdict, not a pass).
+    "fx-ok-slab": {"CODE-3": "n/a"},
     "fx-ok-shared-budget": {},
     "fx-ok-free-queued": {},
     "fx-ok-word-offset": {},

@@ -422,11 +422,13 @@ let mem2_given_back (module P : Package) ~seed =
         K.flag s "alloc answered None for Device memory that free gave back: %d bytes taken in %d region(s) and all freed, then the same allocs got %d bytes"
           had (List.length first) again
       else begin
-        (* all of it again in small regions (4 KiB, at most 4096 of them),
+        (* all of it again in small regions (4 KiB, at most 4096 of them, for 2 s),
            freed: then the largest region again (a cache of small blocks
            that alloc never gives back for other sizes) *)
         let small = ref [] and n = ref 0 and out = ref false in
-        while (not !out) && !n < 4096 do
+        (* bounded: an alloc may be slow (blind-alloc-slow) *)
+        let until = now () +. 2. in
+        while (not !out) && !n < 4096 && now () < until do
           match K.alloc s dev Device 4096 with
           | Some r -> small := r :: !small; incr n
           | None -> out := true
