@@ -158,6 +158,9 @@ let region_of t kind ptr = region_on t.dev t.stopped kind ptr
    takes no lock of its own in OCaml).  Each mutant breaks one clause: *)
 let alloc_mutex = Mutex.create ()
 let alloc_lock = P.Lock.create "fake.alloc"
+
+(* The peer-takes-lock mutant's lock. *)
+let peer_table_lock = P.Lock.create "fake.peer-table"
 let alloc_busy = Atomic.make 0
 
 (* The wait-drops-lock mutant: the shape of a Condition.wait that an
@@ -314,8 +317,6 @@ module D = struct
     else r.place
 
   (* From what the devices learned at open only (MEM-4). *)
-  let peer_table_lock = P.Lock.create "the fake's peer table"
-
   let peer d d' =
     if d.mut = m_peer_takes_lock then P.Lock.protect peer_table_lock ignore;
     (* the link between the two is known 250 ms after the later open *)

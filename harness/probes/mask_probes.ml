@@ -334,6 +334,14 @@ module Quiet (Pk : Rig_edge.Package) = struct
     in
     let lock = P.Lock.create "the probe's lock" in
     let findings = ref [] in
+    (* [measure] outside the probe's lock, then inside it, told whether the
+       call outside returned quietly (an exception inside only is a check
+       of rig_holds) *)
+    let both_ways measure =
+      let outside = measure ?outside_returned:None "" in
+      let outside_returned = Option.is_none outside in
+      [ outside; P.Lock.protect lock (fun () -> measure ?outside_returned:(Some outside_returned) ", inside a counted lock") ]
+    in
     (* ms the thread slept in f (), 0 where the kernel's figures are not read *)
     let slept_in f =
       let t0 = Unix.gettimeofday () and b0 = busy_ms () in
@@ -377,10 +385,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
             Some (fun () -> Some (finding "LOCK-5" "%s %s%s raised %s, and returned outside it: it checks rig_holds" what state where (Printexc.to_string e)))
         | exception e -> Some (fun () -> Some (finding "LOCK-6" "%s %s%s raised %s" what state where (Printexc.to_string e)))
       in
-      let outside = measure "" in
-      let outside_returned = match outside with None -> true | Some _ -> false in
-      let inside = P.Lock.protect lock (fun () -> measure ~outside_returned ", inside a counted lock") in
-      List.iter (Option.iter (fun judge -> Option.iter (fun f -> findings := f :: !findings) (judge ()))) [ outside; inside ]
+      List.iter (Option.iter (fun judge -> Option.iter (fun f -> findings := f :: !findings) (judge ()))) (both_ways measure)
     in
     (* signaled "must take no lock" (LOCK-5): a counted take, even one that
        never blocks (a try-lock), shows in the primitives' count of takes
@@ -400,10 +405,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
             Some (finding "LOCK-5" "signaled %s%s raised %s, and returned outside it: it checks rig_holds" state where (Printexc.to_string e))
         | exception _ -> None
       in
-      let outside = measure "" in
-      let outside_returned = outside = None in
-      let inside = P.Lock.protect lock (fun () -> measure ~outside_returned ", inside a counted lock") in
-      List.iter (Option.iter (fun f -> findings := f :: !findings)) [ outside; inside ]
+      List.iter (Option.iter (fun f -> findings := f :: !findings)) (both_ways measure)
     in
     let probe ?again_locate ?again_peer state =
       check_signaled state;

@@ -36,15 +36,18 @@ module Probe (Pk : Rig_edge.Package) = struct
                   P.masked (fun () -> f (Rig_edge.Read { off = 63; into }));
                   Some (Char.code (Bytes.get into 0))
             in
+            (* room for s, growing as rig does while room answers Grow *)
+            let rec room_for s =
+              match P.masked (fun () -> q.room s) with
+              | Rig_edge.Room -> ()
+              | Grow -> ignore (P.masked (fun () -> D.grow d)); room_for s
+            in
             (* One Fill of the region with [byte] as [value]; then watch
                the work's bytes and the word, never sleeping on the device:
                signaled alone must show the value. *)
             let show ~value ~byte =
               let s = Rig_edge.encode [ Rig_edge.Fill { dst = place.handle; off = 0; len = 64; byte } ] in
-              let rec fit () = match P.masked (fun () -> q.room s) with
-                | Rig_edge.Room -> ()
-                | Grow -> ignore (P.masked (fun () -> D.grow d)); fit () in
-              fit ();
+              room_for s;
               ignore (P.masked (fun () -> q.submit s ~value));
               ignore (P.masked (fun () -> q.commit ()));
               let deadline = Unix.gettimeofday () +. settle_s in
@@ -93,10 +96,7 @@ module Probe (Pk : Rig_edge.Package) = struct
                      starts, not once it ran, shows here too *)
                   let s = Rig_edge.encode [ Rig_edge.Fill { dst = place.handle; off = 0; len = 64; byte = 0 };
                                             Rig_edge.Launch { entry = h; args = [] } ] in
-                  let rec fit () = match P.masked (fun () -> q.room s) with
-                    | Rig_edge.Room -> ()
-                    | Grow -> ignore (P.masked (fun () -> D.grow d)); fit () in
-                  fit ();
+                  room_for s;
                   if not (P.masked (fun () -> q.submit s ~value) && P.masked (fun () -> q.commit ())) then (Some value, [])
                   else
                     let rec watch k =
