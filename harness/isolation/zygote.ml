@@ -39,8 +39,9 @@ let own_variable v = List.exists (fun p -> String.starts_with ~prefix:(p ^ "=") 
 let same_start env ~zygote's =
   List.sort compare (List.filter (fun v -> not (own_variable v)) (Array.to_list env)) = zygote's
 
-let serve_if_asked ~run =
+let serve_if_asked ~warm ~run =
   if Sys.getenv_opt marker = Some "3" && List.tl (Array.to_list Sys.argv) = [ "zygote" ] then begin
+    warm ();
     let zygote's =
       List.sort compare (List.filter (fun v -> not (String.starts_with ~prefix:(marker ^ "=") v || own_variable v)) (Array.to_list (Unix.environment ())))
     in

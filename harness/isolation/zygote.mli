@@ -24,7 +24,9 @@ val spawn :
     stray. *)
 val pid : unit -> int option
 
-(** [serve_if_asked ~run]: in a process started as the zygote, serves
-    requests and never returns (each child made calls [run args] and exits
-    after it); elsewhere returns at once. *)
-val serve_if_asked : run:(string list -> unit) -> unit
+(** [serve_if_asked ~warm ~run]: in a process started as the zygote, calls
+    [warm ()] once, then serves requests and never returns (each child made
+    calls [run args] and exits after it); elsewhere returns at once.  [warm]
+    does, once for all children, work each would do the same way (it must
+    start no thread and change nothing a child observes). *)
+val serve_if_asked : warm:(unit -> unit) -> run:(string list -> unit) -> unit
