@@ -167,12 +167,16 @@ module Make (D : Rig_edge.Driver) = struct
   let to_free = step (fun b -> not b.freed)
   let loaded = step (fun im -> not im.unloaded)
 
-  (* Stop once no counted call is in flight (CNT-1, STOP-1), then give back
-     everything once the word reads the last value (STOP-7). *)
+  (* Stop waits until no counted call is in flight (CNT-1, STOP-1); called
+     with rig's lock held. *)
+  let await_idle = step (fun dev -> while dev.in_flight > 0 do P.Lock.await rig_lock changed done)
+
+  (* Stop once no counted call is in flight, then give back everything
+     once the word reads the last value (STOP-7). *)
   let stop_and_release dev ~reason =
     with_rig (fun () ->
         if dev.lost = None then dev.lost <- Some reason;
-        while dev.in_flight > 0 do P.Lock.await rig_lock changed done);
+        !await_idle dev);
     !stop dev;
     if not dev.released then begin
       dev.released <- true;
@@ -482,6 +486,10 @@ module Make (D : Rig_edge.Driver) = struct
       let await_word dev = with_rig (fun () -> List.memq dev !raised) || await_word_conforming dev
     end
 
+    (* stop-waits-for-none (CNT-1): rig counts its calls, but close stops
+       the device while they are in flight. *)
+    let idle_unawaited (_ : device) = ()
+
     (* stop-no-fault (STOP-1): stop is told no Fault. *)
     let stop_no_fault dev = if not dev.stopped then call_stop dev ~fault:None
 
@@ -565,6 +573,7 @@ module Make (D : Rig_edge.Driver) = struct
             left := Double_free.left;
             to_free := Double_free.to_free);
         ("stop-twice", fun () -> stop := stop_again);
+        ("stop-waits-for-none", fun () -> await_idle := idle_unawaited);
         ("stop-no-fault", fun () -> stop := stop_no_fault);
         ("call-after-stop", fun () -> word_reached := word_reached_after_sleep);
         ("free-before-word", fun () -> await_word := word_unawaited);

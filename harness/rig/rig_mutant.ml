@@ -3,6 +3,7 @@
 let all =
   [
     ("stop-twice", "CNT-1", "close calls stop again on a device already stopped at a reopen of its name");
+    ("stop-waits-for-none", "CNT-1", "counts its calls, but close stops the device while counted calls are in flight");
     ("uncounted-sleep", "CNT-2", "sleep is not counted, so close stops a device while a sleep is in flight");
     ("uncounted-c-calls", "CNT-3", "does not count the C functions' calls of a device that declares may_block");
     ("keep-after-stop", "CNT-5", "keeps the values of the device's submissions alive after stop");

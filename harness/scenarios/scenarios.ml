@@ -129,6 +129,43 @@ module Flows (P : Rig_edge.Package) = struct
     close dev;
     Thread.join submitter
 
+  (* Calls of two functions in flight at a close, a sleep and a commit of a
+     device that declares may_block: a rig waits for both before stop
+     (CNT-1).  A rig that stops with both in flight waits for none of its
+     counted calls, where one that leaves sleep (or C calls) uncounted
+     waits for the other first (rig.sleep-in-flight, rig.c-call-in-flight
+     tell those).  Every commit holds its caller 300 ms or until stop, the
+     hung work's too.  A wait that ended before the second call began (a
+     Fault injected) leaves one function in flight at most: the close then
+     judges nothing of CNT-1, and comes once the submit is over or in its
+     commit (rig's submit calls locate first, which is not counted). *)
+  let calls_in_flight ~seed _acc =
+    Fake.configure ~may_block:true ~commit_hold_ms:300 ();
+    let dev = open_ 0 in
+    let b = R.alloc dev Rig_edge.Device 64 in
+    let _, h = entry_of dev (hang ()) in
+    let v = R.submit dev [ R.Launch (h, []) ] in
+    let ended = Atomic.make 0 in
+    let in_thread f = Thread.create (fun () -> (try f () with _ -> ()); Atomic.incr ended; V.poke ()) () in
+    let waiter = in_thread (fun () -> R.wait dev v) in
+    V.await_in_flight ~unless:(fun () -> Atomic.get ended > 0) "sleep";
+    if Atomic.get ended > 0 then begin
+      Case.report_unjudged [ ("CNT-1", "the wait on hung work ended before a commit could join it in flight") ];
+      close dev;
+      Thread.join waiter
+    end
+    else begin
+      let submitter = in_thread (fun () -> ignore (R.submit dev [ R.Fill (b, 0, 4, 1 + (seed mod 7)) ])) in
+      V.await_in_flight ~unless:(fun () -> Atomic.get ended > 0) "commit";
+      if Atomic.get ended > 0 then begin
+        Thread.join submitter;
+        Case.report_unjudged [ ("CNT-1", "the wait or the submit ended before both were in flight") ]
+      end;
+      close dev;
+      Thread.join waiter;
+      Thread.join submitter
+    end
+
   (* A buffer that only hung work keeps alive is let go of at stop: CNT-5. *)
   let release_kept ~seed acc =
     let dev = open_ 0 in
@@ -694,6 +731,7 @@ let flows =
     flow ~quick:true "rig.lifecycle" [ "CNT-1"; "CNT-4"; "STOP-1"; "STOP-7"; "TIME-2" ] Any_driver (fun (module X) -> X.F.lifecycle);
     flow ~quick:true "rig.sleep-in-flight" [ "CNT-2" ] Any_driver (fun (module X) -> X.F.sleep_in_flight);
     flow "rig.c-call-in-flight" [ "CNT-3" ] Fake_knobs (fun (module X) -> X.F.c_call_in_flight);
+    flow "rig.calls-in-flight" [ "CNT-1" ] Fake_knobs (fun (module X) -> X.F.calls_in_flight);
     flow "rig.wait-for-work" [ "GUAR-7" ] Any_driver (fun (module X) -> X.F.wait_for_work);
     flow ~quick:true "rig.release-kept" [ "CNT-5" ] Any_driver (fun (module X) -> X.F.release_kept);
     flow "rig.fault" [ "CNT-6"; "STOP-1" ] Any_driver (fun (module X) -> X.F.fault);

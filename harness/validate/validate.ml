@@ -607,8 +607,17 @@ module Make (D : Rig_edge.Driver) = struct
     let pre e =
       settle dev;
       if dev.stops > 0 then violate "CNT-1" [ e ] "stop called again on %s" dev.id;
+      let in_flight_fns = List.sort_uniq compare (List.map (fun (_, fn, _) -> fn) dev.in_flight) in
       (match dev.in_flight with
       | [] -> ()
+      (* Calls of two functions in flight: rig waited for neither.  A rig
+         that leaves one function uncounted waits for the others' calls
+         first and stops with that one's alone in flight (CNT-2 or CNT-3
+         below); one that counts neither is read as this. *)
+      | _ when List.length in_flight_fns >= 2 ->
+          violate "CNT-1" (List.map (fun (_, _, s) -> s) dev.in_flight @ [ e ])
+            "stop of %s while counted calls of %s were in flight: rig waited for none of them" dev.id
+            (String.concat " and " in_flight_fns)
       | (_, (("room" | "submit" | "commit") as fn), s) :: _ ->
           violate "CNT-3" [ s; e ] "stop of %s while its %s, a C call of a device that declares may_block, is in flight: rig did not count it" dev.id fn
       | (_, fn, s) :: _ ->
