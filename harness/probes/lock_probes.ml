@@ -78,12 +78,7 @@ module Probe (Pk : Rig_edge.Package) = struct
   let fill d r v =
     let q = (D.facts d).queue in
     let s = Rig_edge.encode [ Rig_edge.Fill { dst = (D.locate d r).handle; off = 0; len = 4; byte = v land 255 } ] in
-    let rec fit k =
-      match P.masked (fun () -> q.room s) with
-      | Rig_edge.Room -> true
-      | Grow -> k > 0 && (match P.masked (fun () -> D.grow d) with Rig_edge.Grown -> fit (k - 1) | Short _ -> false)
-    in
-    if fit 4 then begin
+    if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4 then begin
       ignore (P.masked (fun () -> q.submit s ~value:v));
       ignore (P.masked (fun () -> q.commit ()));
       let rec await k =
@@ -258,12 +253,8 @@ module Probe (Pk : Rig_edge.Package) = struct
                         Rig_edge.encode
                           [ Rig_edge.Launch { entry = hs; args = [ 300L ] }; Rig_edge.Launch { entry = hf; args = [] } ]
                       in
-                      let rec fit k =
-                        match P.masked (fun () -> q.room s) with
-                        | Rig_edge.Room -> true
-                        | Grow -> k > 0 && (match P.masked (fun () -> D.grow d2) with Rig_edge.Grown -> fit (k - 1) | Short _ -> false)
-                      in
-                      if fit 4 && P.masked (fun () -> q.submit s ~value:1) && P.masked (fun () -> q.commit ()) then begin
+                      if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d2)) ~grows:4
+                         && P.masked (fun () -> q.submit s ~value:1) && P.masked (fun () -> q.commit ()) then begin
                         let w = D.signaled d2 in
                         let after =
                           P.masked (fun () ->
@@ -500,16 +491,6 @@ module Probe (Pk : Rig_edge.Package) = struct
     | exception Unix.Unix_error _ -> None
     | p -> Option.bind (String.rindex_opt p '/') (fun i -> int_of_string_opt (String.sub p (i + 1) (String.length p - i - 1)))
 
-  (* ms a thread of the process ran and ms it waited for a CPU, so far *)
-  let sched_times tid =
-    match open_in (spf "/proc/self/task/%d/schedstat" tid) with
-    | exception Sys_error _ -> None
-    | ic ->
-        let l = In_channel.input_line ic in
-        close_in ic;
-        Option.bind l (fun l ->
-            try Scanf.sscanf l "%Ld %Ld" (fun r q -> Some (Int64.to_float r /. 1e6, Int64.to_float q /. 1e6))
-            with Scanf.Scan_failure _ | Failure _ | End_of_file -> None)
 
   (* What one window's ends show of the runtime held by the sleeping
      thread: the time the counter slept, less the time every other thread
@@ -524,11 +505,11 @@ module Probe (Pk : Rig_edge.Package) = struct
       List.filter_map
         (fun tid ->
           if tid = counter || tid = sleeper then None
-          else Option.map (fun (r, q) -> (tid, r +. q)) (sched_times tid))
+          else Option.map (fun (r, q) -> (tid, r +. q)) (Probes.sched_ms ~tid ()))
         (read_tasks ())
     in
-    let sleeper_queued = Option.map snd (sched_times sleeper) in
-    { at = now_ms (); counter = sched_times counter; others; sleeper_queued }
+    let sleeper_queued = Option.map snd (Probes.sched_ms ~tid:sleeper ()) in
+    { at = now_ms (); counter = Probes.sched_ms ~tid:counter (); others; sleeper_queued }
 
   (* The time intervals (from, to) give to the window (w0, w1). *)
   let overlap intervals (w0, w1) = List.fold_left (fun s (p0, p1) -> s +. Float.max 0. (Float.min p1 w1 -. Float.max p0 w0)) 0. intervals
@@ -686,7 +667,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     done;
     let tids =
       match (Option.join (Atomic.get counter_tid), own_tid ()) with
-      | Some c, Some s when Sys.getenv_opt "RIG_CONFORM_SIG3_PROXIES" <> Some "1" && sched_times c <> None -> Some (c, s)
+      | Some c, Some s when Sys.getenv_opt "RIG_CONFORM_SIG3_PROXIES" <> Some "1" && Probes.sched_ms ~tid:c () <> None -> Some (c, s)
       | _ -> None
     in
     (* A measure without blocked time, or taken while the thread was

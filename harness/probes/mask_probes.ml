@@ -268,11 +268,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
   let blocked_floor_ms = 150.
 
   (* ms this thread ran or waited for a CPU, so far *)
-  let busy_ms () =
-    match In_channel.with_open_text "/proc/thread-self/schedstat" In_channel.input_line with
-    | Some l -> (try Scanf.sscanf l "%Ld %Ld" (fun r q -> Some (Int64.to_float (Int64.add r q) /. 1e6)) with _ -> None)
-    | None -> None
-    | exception Sys_error _ -> None
+  let busy_ms () = Option.map (fun (ran, queued) -> ran +. queued) (Probes.sched_ms ())
 
   (* kit.fault launched on d, then sleeps until one raises Fault (3 s at
      most): the fault's text, or None *)
@@ -286,8 +282,8 @@ module Quiet (Pk : Rig_edge.Package) = struct
             | Rig_edge.Entry h ->
                 let q = (D.facts d).queue in
                 let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args = [] } ] in
-                let rec fit k = match P.masked (fun () -> q.room s) with Rig_edge.Room -> true | Grow -> k > 0 && P.masked (fun () -> D.grow d) = Rig_edge.Grown && fit (k - 1) in
-                if fit 4 && P.masked (fun () -> q.submit s ~value:100 && q.commit ()) then
+                if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
+                   && P.masked (fun () -> q.submit s ~value:100 && q.commit ()) then
                   let until = Unix.gettimeofday () +. 3. in
                   let rec wait () =
                     if Unix.gettimeofday () > until then None
@@ -437,8 +433,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
     let s = Rig_edge.encode [ Rig_edge.Fill { dst = (D.locate d r).handle; off = 0; len = 64; byte = v } ] in
     let submitted =
       P.masked (fun () ->
-          let rec fit k = match q.room s with Rig_edge.Room -> true | Grow -> k > 0 && D.grow d = Rig_edge.Grown && fit (k - 1) in
-          fit 4 && q.submit s ~value:v && q.commit ())
+          Probes.has_room ~room:(fun () -> q.room s) ~grow:(fun () -> D.grow d) ~grows:4 && q.submit s ~value:v && q.commit ())
     in
     if submitted then probe "with work in flight";
     let faulted = fault d in

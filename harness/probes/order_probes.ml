@@ -25,11 +25,7 @@ module Probe (Pk : Rig_edge.Package) = struct
         in
         let fills = List.map (fun r -> Rig_edge.Fill { dst = (D.locate d r).handle; off = 0; len = 4; byte = seed land 255 }) regions in
         let s = Rig_edge.encode (fills @ launch) in
-        let rec fit k = if k < 4 then match m (fun () -> facts.queue.room s) with
-          | Rig_edge.Room -> true
-          | Grow -> (match m (fun () -> D.grow d) with Grown -> fit (k + 1) | Short _ -> false)
-          else false in
-        if fit 0 && m (fun () -> facts.queue.submit s ~value:1) && m (fun () -> facts.queue.commit ()) then begin
+        if Probes.has_room ~room:(fun () -> m (fun () -> facts.queue.room s)) ~grow:(fun () -> m (fun () -> D.grow d)) ~grows:3 && m (fun () -> facts.queue.submit s ~value:1) && m (fun () -> facts.queue.commit ()) then begin
           last := 1;
           let rec wait k =
             let w = D.signaled d in

@@ -33,6 +33,19 @@ let first_difference got want =
   if !i < n then spf "byte %d reads %02x, not %02x" !i (Char.code got.[!i]) (Char.code want.[!i])
   else spf "%d bytes read where %d were written" (String.length got) (String.length want)
 
+let has_room ~room ~grow ~grows =
+  let rec ask k = match room () with Rig_edge.Room -> true | Grow -> k > 0 && grow () = Rig_edge.Grown && ask (k - 1) in
+  ask grows
+
+let sched_ms ?tid () =
+  let path = match tid with Some t -> spf "/proc/self/task/%d/schedstat" t | None -> "/proc/thread-self/schedstat" in
+  match In_channel.with_open_text path In_channel.input_line with
+  | Some l -> (
+      try Scanf.sscanf l "%Ld %Ld" (fun r q -> Some (Int64.to_float r /. 1e6, Int64.to_float q /. 1e6))
+      with Scanf.Scan_failure _ | Failure _ | End_of_file -> None)
+  | None -> None
+  | exception Sys_error _ -> None
+
 let word_reaches ~signaled ~last ~ms =
   let reached () = match signaled () with w -> w >= last | exception _ -> false in
   let rec await k = reached () || (k > 0 && (Thread.delay 0.002; await (k - 1))) in

@@ -46,6 +46,17 @@ val round_up : int -> int -> int
     [want], as a phrase for a finding. *)
 val first_difference : string -> string -> string
 
+(** [has_room ~room ~grow ~grows]: whether [room ()] answers Room, asked
+    again after each grow that answers Grown, with [grows] grows at most
+    (a Short ends it): how a probe that submits by hand makes room, as rig
+    does. *)
+val has_room : room:(unit -> Rig_edge.room) -> grow:(unit -> Rig_edge.grow_answer) -> grows:int -> bool
+
+(** [sched_ms ?tid ()]: the ms a thread of this process ran and the ms it
+    waited for a CPU so far, from the kernel's schedstat (the calling
+    thread without [tid]); None where they cannot be read. *)
+val sched_ms : ?tid:int -> unit -> (float * float) option
+
 (** [word_reaches ~signaled ~last ~ms]: whether [signaled ()] reads [last]
     or more within about [ms] milliseconds (read every 2 ms), as a probe
     waits after stop before it frees.  A read that raises counts as not

@@ -126,12 +126,10 @@ module Probe (Pk : Rig_edge.Package) = struct
               let submitted = ref after and failed = ref false in
               let submit v =
                 let s = Rig_edge.encode [ Rig_edge.Fill { dst = place.handle; off = 0; len = 4; byte = v land 0xff } ] in
-                let rec fit k = k > 0 && match P.masked (fun () -> q.room s) with
-                  | Rig_edge.Room -> true
-                  | Grow -> P.masked (fun () -> D.grow d) = Rig_edge.Grown && fit (k - 1) in
                 (* a failed submit loses the device: no value after it *)
                 if not !failed then
-                  if fit 4 && P.masked (fun () -> q.submit s ~value:v) then begin
+                  if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:3
+                     && P.masked (fun () -> q.submit s ~value:v) then begin
                     Hashtbl.replace given v ();
                     submitted := v
                   end
