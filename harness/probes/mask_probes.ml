@@ -217,26 +217,30 @@ module Finalisers (Pk : Rig_edge.Package) = struct
     | _ -> []
 end
 
-(* SIG-7's exit handlers: those the driver registers while its devices
-   open and run, run here by Stdlib.do_at_exit, on a thread with its
-   signals unblocked (each handler runs once: the child's own exit runs
-   none again).  Handlers run last registered first, so two of the probe's,
-   one registered before the driver's work and one after, bracket the
-   driver's; a handler registered at the plugin's load runs outside them,
-   unseen.  The handlers of the process's libraries (registered before)
-   run after the bracket. *)
+(* SIG-7's exit handlers: those the driver registers as its plugin loads
+   and while its devices open and run, run here by Stdlib.do_at_exit, on a
+   thread with its signals unblocked (each handler runs once: the child's
+   own exit runs none again).  Handlers run last registered first, so one
+   of the probe's registered after the driver's work starts the watch, and
+   Load_exit_bracket's, registered right before the plugin loaded, ends it;
+   for a driver linked into the program, a second one of the probe's,
+   registered before the driver's work, ends it.  The handlers of the
+   process's libraries (registered before) run after the bracket. *)
 module Exit_handlers (Pk : Rig_edge.Package) = struct
   module O = Open_every (Pk)
 
   let run ~seed =
     unmask_thread ();
     let watch = ref None and result = ref None in
-    at_exit (fun () ->
-        match !watch with
-        | Some (w, masks) ->
-            Atomic.set current None;
-            result := Some (List.rev w.seen, P.masks () - masks)
-        | None -> ());
+    let stop_watch () =
+      match !watch with
+      | Some (w, masks) ->
+          Atomic.set current None;
+          watch := None;
+          result := Some (List.rev w.seen, P.masks () - masks)
+      | None -> ()
+    in
+    if Load_exit_bracket.registered () then Load_exit_bracket.on_reached stop_watch else at_exit stop_watch;
     O.devices ~seed;
     at_exit (fun () ->
         Alloc_points.use on_alloc;
@@ -246,9 +250,9 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
     Stdlib.do_at_exit ();
     match !result with
     | None | Some ([], _) ->
-        raise (Skip "no exit handler the driver registered while its devices opened ran OCaml code that allocates")
+        raise (Skip "no exit handler the driver registered as it loaded or while its devices opened ran OCaml code that allocates")
     | Some (seen, masks) when never_shielded seen masks ->
-        [ finding "SIG-7" "the exit handlers the driver registered while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
+        [ finding "SIG-7" "the exit handlers the driver registered as it loaded or while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
     | Some _ -> []
 end
 
