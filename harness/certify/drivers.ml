@@ -37,8 +37,7 @@ let find name =
 let load_plugin_why path =
   if not (Sys.file_exists path) then Error (`Bad_file (path ^ ": no such file"))
   else begin
-    Load_exit_bracket.before_load ();
-    try Ok (Dynlink.loadfile (Dynlink.adapt_filename path)) with
+    try Ok (Plugin_load.around (fun () -> Dynlink.loadfile (Dynlink.adapt_filename path))) with
     | Dynlink.Error (Dynlink.Library's_module_initializers_failed e) ->
         Error (`Init_failed (path ^ ": its initialisation raised " ^ Printexc.to_string e))
     | Dynlink.Error e -> Error (`Bad_file (path ^ ": " ^ Dynlink.error_message e))

@@ -150,16 +150,18 @@ module Probe (Pk : Rig_edge.Package) = struct
 
   (* ------------------------------------------------------------ SIG-8 *)
 
-  (* Every thread that appears while devices open and run work must block
-     every signal rig_mask blocks, for its life: checked on each new task's
-     SigBlk (/proc/self/task/<tid>/status) while the devices still run. *)
+  (* Every thread that appears while devices open and run work, or that the
+     plugin started as it loaded (Plugin_load), must block every signal
+     rig_mask blocks, for its life: checked on each such task's SigBlk
+     (/proc/self/task/<tid>/status) while the devices still run. *)
   let sig8 ~seed =
     (* The runtime's tick thread starts with the first OCaml thread: make
        it exist before the first snapshot.  The probe starts no other. *)
     Thread.join (Thread.create ignore ());
     let own = Self_thread.gettid () in
     let need = match P.masked (fun () -> sigblk own) with Some m -> m | None -> raise (Skip "no /proc/self/task status") in
-    let before = tasks () in
+    let at_load = Plugin_load.threads_started () in
+    let before = List.filter (fun t -> not (List.mem t at_load)) (tasks ()) in
     (* A driver thread may open its mask any time after it starts: look at
        every new task after the opens and again after the work, and keep
        the widest opening seen per task. *)
@@ -194,8 +196,9 @@ module Probe (Pk : Rig_edge.Package) = struct
         (fun tid (open_, m) acc ->
           if open_ = 0L then acc
           else
-            finding "SIG-8" "thread %d (%s), started while the driver's devices opened and ran work, lets signals %s through (SigBlk %016Lx; rig_mask blocks %016Lx)"
+            finding "SIG-8" "thread %d (%s), started %s, lets signals %s through (SigBlk %016Lx; rig_mask blocks %016Lx)"
               tid (task_name tid)
+              (if List.mem tid at_load then "as the driver's plugin loaded" else "while the driver's devices opened and ran work")
               (String.concat "," (List.map string_of_int (signals_of open_)))
               m need
             :: acc)

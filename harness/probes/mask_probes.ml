@@ -222,7 +222,7 @@ end
    thread with its signals unblocked (each handler runs once: the child's
    own exit runs none again).  Handlers run last registered first, so one
    of the probe's registered after the driver's work starts the watch, and
-   Load_exit_bracket's, registered right before the plugin loaded, ends it;
+   Plugin_load's, registered right before the plugin loaded, ends it;
    for a driver linked into the program, a second one of the probe's,
    registered before the driver's work, ends it.  The handlers of the
    process's libraries (registered before) run after the bracket. *)
@@ -240,7 +240,7 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
           result := Some (List.rev w.seen, P.masks () - masks)
       | None -> ()
     in
-    if Load_exit_bracket.registered () then Load_exit_bracket.on_reached stop_watch else at_exit stop_watch;
+    if Plugin_load.loaded () then Plugin_load.on_exit_bracket_end stop_watch else at_exit stop_watch;
     O.devices ~seed;
     at_exit (fun () ->
         Alloc_points.use on_alloc;

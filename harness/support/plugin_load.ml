@@ -1,0 +1,23 @@
+(* See plugin_load.mli. *)
+
+let bracket_end = Atomic.make ignore
+let registered = Atomic.make false
+let started = Atomic.make []
+
+(* One read of /proc/self/task may skip a thread that exits meanwhile; a
+   thread the load started and that lives is in the read after it. *)
+let tasks () =
+  match Sys.readdir "/proc/self/task" with
+  | names -> List.filter_map int_of_string_opt (Array.to_list names)
+  | exception Sys_error _ -> []
+
+let around load =
+  if not (Atomic.exchange registered true) then at_exit (fun () -> (Atomic.get bracket_end) ());
+  let before = tasks () in
+  Fun.protect load ~finally:(fun () ->
+      let fresh = List.filter (fun t -> not (List.mem t before)) (tasks ()) in
+      Atomic.set started (List.sort_uniq compare (fresh @ Atomic.get started)))
+
+let loaded () = Atomic.get registered
+let on_exit_bracket_end f = Atomic.set bracket_end f
+let threads_started () = Atomic.get started
