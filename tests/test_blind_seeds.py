@@ -55,6 +55,7 @@ SETS = [
     ("test_blind_mc", "BLINDMC"),
     ("test_blind_fw", "BLINDFW"),
     ("test_blind_fx", "BLINDFX"),
+    ("test_blind_ld", "BLINDLD"),
 ]
 
 

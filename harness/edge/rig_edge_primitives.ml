@@ -65,7 +65,10 @@ let shield f =
   | v -> shield_end m; v
   | exception e -> shield_end m; raise e
 
-let spawn f = Thread.create (fun () -> block_all (); f ()) ()
+(* The thread is created under rig_mask, so that it starts with signals
+   blocked (a thread inherits its creator's mask): blocking them only once
+   it runs left a moment in which a signal could run its handler there. *)
+let spawn f = masked (fun () -> Thread.create (fun () -> block_all (); f ()) ())
 
 (* The order in which threads take counted locks, as lockdep keeps it: for
    each thread the locks it holds, and every (held, taken) pair seen.  A pair

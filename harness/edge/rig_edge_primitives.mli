@@ -86,7 +86,7 @@ val in_wait : unit -> bool
 val shield : (unit -> 'a) -> 'a
 
 (** [spawn f] starts a driver thread whose signals stay blocked for its life
-    (SIG-8). *)
+    (SIG-8), from its first instruction, whatever the caller's mask. *)
 val spawn : (unit -> unit) -> Thread.t
 
 (** The signals rig_mask leaves unblocked because a fault raises them. *)

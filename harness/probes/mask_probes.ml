@@ -12,7 +12,12 @@ let self () = Thread.id (Thread.self ())
 
 (* One allocation the watched thread made: its mask and the primitives'
    state then. *)
-type seen = { blocked : bool; waiting : bool; as_left : bool }
+type seen = {
+  blocked : bool;
+  waiting : bool;
+  as_left : bool;
+  masks_so_far : int;  (** the thread's rig_mask and rig_shield so far (P.masks) *)
+}
 
 type watch = {
   tid : int;
@@ -29,7 +34,9 @@ let current : watch option Atomic.t = Atomic.make None
 let on_alloc () =
   match Atomic.get current with
   | Some w when w.tid = self () && not w.in_hook -> (
-      w.seen <- { blocked = P.blocks_rig_set (); waiting = P.in_wait (); as_left = P.mask_as_left () } :: w.seen;
+      w.seen <-
+        { blocked = P.blocks_rig_set (); waiting = P.in_wait (); as_left = P.mask_as_left (); masks_so_far = P.masks () }
+        :: w.seen;
       match w.hook with
       | Some h ->
           w.in_hook <- true;
@@ -201,6 +208,26 @@ end
    blocked, and no rig_shield taken meanwhile. *)
 let never_shielded seen masks = masks = 0 && not (List.exists (fun s -> s.blocked) seen)
 
+(* The most allocations in a row with signals open and no rig_mask or
+   rig_shield between them.  A handler or finaliser that shields its body
+   may allocate its body's closure before the shield (one or two), but a
+   stretch of this many is code that runs unshielded: the whole watch is
+   then no longer judged as one, where a shielded sibling (another
+   driver's handler, one of the same plugin's) would hide it. *)
+let open_stretch_floor = 8
+
+let longest_open_stretch seen =
+  let rec go best run prev = function
+    | [] -> max best run
+    | s :: rest when s.blocked -> go (max best run) 0 None rest
+    | s :: rest ->
+        let run = if prev = Some s.masks_so_far then run + 1 else 1 in
+        go (max best run) run (Some s.masks_so_far) rest
+  in
+  go 0 0 None seen
+
+let unshielded seen masks = never_shielded seen masks || longest_open_stretch seen >= open_stretch_floor
+
 module Finalisers (Pk : Rig_edge.Package) = struct
   module O = Open_every (Pk)
 
@@ -214,6 +241,8 @@ module Finalisers (Pk : Rig_edge.Package) = struct
     | [] -> raise (Skip "no finaliser of the driver ran (none allocated) for devices and regions dropped without stop or free")
     | _ when never_shielded seen masks ->
         [ finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
+    | _ when unshielded seen masks ->
+        [ finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) in a row with signals unblocked and no rig_shield between them" (longest_open_stretch seen) ]
     | _ -> []
 end
 
@@ -253,6 +282,8 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
         raise (Skip "no exit handler the driver registered as it loaded or while its devices opened ran OCaml code that allocates")
     | Some (seen, masks) when never_shielded seen masks ->
         [ finding "SIG-7" "the exit handlers the driver registered as it loaded or while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
+    | Some (seen, masks) when unshielded seen masks ->
+        [ finding "SIG-7" "the exit handlers the driver registered as it loaded or while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) in a row with signals unblocked and no rig_shield between them" (longest_open_stretch seen) ]
     | Some _ -> []
 end
 
