@@ -647,7 +647,8 @@ let note_unstopped ~name ~id ~mut stopped () =
 
 let unstopped () = Atomic.get unstopped_devices
 
-(* The exit-handler-unshielded and -half-shielded mutants' log. *)
+(* The log of the exit-handler-unshielded, -half-shielded and
+   -waits-unshielded mutants. *)
 let exit_log : string list Atomic.t = Atomic.make []
 
 let open_device slot =
@@ -660,6 +661,10 @@ let open_device slot =
         P.shield (fun () -> update exit_log (fun l -> Printf.sprintf "%s still open at exit" names.(slot) :: l));
         let summary = Printf.sprintf "%d line(s) in the exit log, the last: %s" (List.length (Atomic.get exit_log)) (String.concat "; " (Atomic.get exit_log)) in
         update exit_log (fun l -> summary :: l));
+  if mut = m_exit_handler_waits_unshielded then
+    at_exit (fun () ->
+        P.shield (fun () -> update exit_log (fun l -> Printf.sprintf "%s still open at exit" names.(slot) :: l));
+        P.wait (fun () -> Thread.delay 0.001));
   let dev = c_open [| cfg.device_bytes; cfg.mapped_bytes; cfg.pinned_bytes |] cfg.queue_slots mut in
   if cfg.commit_hold_ms > 0 then c_set_commit_hold dev cfg.commit_hold_ms;
   let q = E.c_queue ~fns:(c_queue_fns ()) ~dev:(c_dev_ptr dev) ~may_block:cfg.may_block in

@@ -107,6 +107,7 @@ let mutant_table =
     ("signaled-takes-lock", "LOCK-5", "signaled takes the lock alloc holds while it runs", 32);
     ("exit-handler-unshielded", "SIG-7", "each open registers an exit handler that logs the device (allocating) without rig_shield", 102);
     ("exit-handler-half-shielded", "SIG-7", "each open registers an exit handler that logs the device inside rig_shield, then formats a summary line outside it", 124);
+    ("exit-handler-waits-unshielded", "SIG-7", "each open registers an exit handler that logs the device inside rig_shield, then waits 1 ms (a wait of the primitives) outside it", 125);
     ("sleep-retry-masked", "SIG-2", "sleep waits the first quarter of still_ms in a wait; the word unmoved, it blocks for the rest outside any wait, with rig's signals blocked", 116);
     ("alloc-grow-order", "LOCK-8", "alloc takes two driver locks in one order, grow in the other", 115);
     ("locate-faults-when-lost", "LOCK-6", "locate raises Fault for a region of a device whose work faulted (or that stopped)", 113);
@@ -201,6 +202,7 @@ let m_locate_logs = 122
 let m_peer_takes_lock = 123
 let m_exit_handler_unshielded = 102
 let m_exit_handler_half_shielded = 124
+let m_exit_handler_waits_unshielded = 125
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64
 let m_sleep_fault_unblocked = 65

@@ -77,6 +77,7 @@ val m_locate_logs : int
 val m_peer_takes_lock : int
 val m_exit_handler_unshielded : int
 val m_exit_handler_half_shielded : int
+val m_exit_handler_waits_unshielded : int
 val m_alloc_not_reentrant : int
 val m_signaled_try_lock : int
 val m_sleep_fault_unblocked : int

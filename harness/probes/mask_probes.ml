@@ -195,11 +195,32 @@ end
 module Open_every (Pk : Rig_edge.Package) = struct
   module D = Pk.D
 
-  let devices ~seed =
+  (* kit.spin for [ms] launched on d, as a program that exits with work
+     still running leaves it (where the kit has spin) *)
+  let leave_busy d ~ms =
+    match Pk.kit.spin with
+    | None -> ()
+    | Some fn -> (
+        try
+          match P.masked (fun () -> D.image d Pk.kit.binary) with
+          | Ok i -> (
+              match P.masked (fun () -> D.entry i fn) with
+              | Rig_edge.Entry h ->
+                  let q = (D.facts d).queue in
+                  let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args = [ Int64.of_int ms ] } ] in
+                  if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
+                  then ignore (P.masked (fun () -> q.submit s ~value:1 && q.commit ()))
+              | _ -> ())
+          | Error _ -> ()
+        with _ -> ())
+
+  let devices ?busy_ms ~seed () =
     List.iter
       (fun (o : D.t Rig_edge.opener) ->
         match P.masked o.make with
-        | d -> ignore (try P.masked (fun () -> D.alloc d Rig_edge.Device (4 * (1 + (seed mod 8)))) with _ -> None)
+        | d ->
+            ignore (try P.masked (fun () -> D.alloc d Rig_edge.Device (4 * (1 + (seed mod 8)))) with _ -> None);
+            Option.iter (fun ms -> leave_busy d ~ms) busy_ms
         | exception _ -> ())
       (P.masked Pk.openers)
 end
@@ -235,7 +256,7 @@ module Finalisers (Pk : Rig_edge.Package) = struct
     unmask_thread ();
     (* Devices and regions dropped without stop or free: what a program
        that lost them leaves to the driver's finalisers. *)
-    O.devices ~seed;
+    O.devices ~seed ();
     let _, seen, masks = watched (fun () -> Gc.full_major (); Gc.full_major ()) in
     match seen with
     | [] -> raise (Skip "no finaliser of the driver ran (none allocated) for devices and regions dropped without stop or free")
@@ -258,6 +279,21 @@ end
 module Exit_handlers (Pk : Rig_edge.Package) = struct
   module O = Open_every (Pk)
 
+  (* "waits included": while the watch runs, each wait the thread enters
+     sends it SIGUSR2 as it opens (P.signal_at_wait).  Inside rig_shield
+     the signal waits for the shield's end; a handler that runs inside the
+     wait shows a wait of an exit handler left unshielded.  The handler
+     stays installed, inert once the watch ends: a signal still pending
+     then must not meet SIGUSR2's default action. *)
+  let at_waits = Atomic.make false
+  let ran_in_wait = Atomic.make 0
+
+  let on_sigusr2 _ =
+    if Atomic.get at_waits then begin
+      if P.in_wait () then Atomic.incr ran_in_wait;
+      P.signal_at_wait 1
+    end
+
   let run ~seed =
     unmask_thread ();
     let watch = ref None and result = ref None in
@@ -265,19 +301,27 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
       match !watch with
       | Some (w, masks) ->
           Atomic.set current None;
+          Atomic.set at_waits false;
+          P.signal_at_wait 0;
           watch := None;
           result := Some (List.rev w.seen, P.masks () - masks)
       | None -> ()
     in
+    Sys.set_signal Sys.sigusr2 (Sys.Signal_handle on_sigusr2);
     if Plugin_load.loaded () then Plugin_load.on_exit_bracket_end stop_watch else at_exit stop_watch;
-    O.devices ~seed;
+    (* work still running at exit: a handler that lets it finish waits *)
+    O.devices ~busy_ms:300 ~seed ();
     at_exit (fun () ->
         Alloc_points.use on_alloc;
         let w = { tid = self (); seen = []; hook = None; in_hook = false } in
         watch := Some (w, P.masks ());
+        Atomic.set at_waits true;
+        P.signal_at_wait 1;
         Atomic.set current (Some w));
     Stdlib.do_at_exit ();
     match !result with
+    | _ when Atomic.get ran_in_wait > 0 ->
+        [ finding "SIG-7" "an exit handler the driver registered as it loaded or while its devices opened entered a wait outside rig_shield: a signal sent as the wait opened ran its handler inside it (%d time(s)), where an exception of it escapes the handler" (Atomic.get ran_in_wait) ]
     | None | Some ([], _) ->
         raise (Skip "no exit handler the driver registered as it loaded or while its devices opened ran OCaml code that allocates")
     | Some (seen, masks) when never_shielded seen masks ->
