@@ -59,7 +59,12 @@ MISSED: dict = {}
 # thread for some 16 ms now and then, as long as its 15- and 20-ms kept
 # calls.  Judged on the time the other thread slept waiting for the
 # runtime (schedstat), it was caught 5 of 5 under a dozen busy processes.
-UNSTABLE: dict = {}
+# s3b-every3rd (2 of its 6 sleeps keep the runtime) was missed once, in
+# the CI rehearsal of a9e868d (make test's 8 workers); caught 4 of 4 alone,
+# 6 of 6 beside 2 CPU hogs and 10 of 10 beside 6, on this machine.
+UNSTABLE = {
+    "s3b-every3rd": "SIG-3 missed once in make test (a9e868d's rehearsal); caught 20 of 20 with up to 6 CPU hogs",
+}
 
 CONFORMING = {
     "s3b-ok-short": {},
