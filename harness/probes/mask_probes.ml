@@ -195,24 +195,27 @@ end
 module Open_every (Pk : Rig_edge.Package) = struct
   module D = Pk.D
 
+  (* The kit's function [fn] launched with [args] on d, its queue filled by
+     hand as rig would, as [value]: whether it was submitted and
+     committed.  An image or entry d refuses is false; only the image's
+     exception is taken for a refusal. *)
+  let launch d fn args ~value =
+    match P.masked (fun () -> D.image d Pk.kit.binary) with
+    | exception _ -> false
+    | Error _ -> false
+    | Ok i -> (
+        match P.masked (fun () -> D.entry i fn) with
+        | Rig_edge.Entry h ->
+            let q = (D.facts d).queue in
+            let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args } ] in
+            Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
+            && P.masked (fun () -> q.submit s ~value && q.commit ())
+        | _ -> false)
+
   (* kit.spin for [ms] launched on d, as a program that exits with work
      still running leaves it (where the kit has spin) *)
   let leave_busy d ~ms =
-    match Pk.kit.spin with
-    | None -> ()
-    | Some fn -> (
-        try
-          match P.masked (fun () -> D.image d Pk.kit.binary) with
-          | Ok i -> (
-              match P.masked (fun () -> D.entry i fn) with
-              | Rig_edge.Entry h ->
-                  let q = (D.facts d).queue in
-                  let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args = [ Int64.of_int ms ] } ] in
-                  if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
-                  then ignore (P.masked (fun () -> q.submit s ~value:1 && q.commit ()))
-              | _ -> ())
-          | Error _ -> ()
-        with _ -> ())
+    Option.iter (fun fn -> try ignore (launch d fn [ Int64.of_int ms ] ~value:1) with _ -> ()) Pk.kit.spin
 
   let devices ?busy_ms ~seed () =
     List.iter
@@ -343,6 +346,7 @@ end
    OCaml helper of the driver keeps up to its tick, stays well under it. *)
 module Quiet (Pk : Rig_edge.Package) = struct
   module D = Pk.D
+  module O = Open_every (Pk)
 
   let blocked_floor_ms = 150.
 
@@ -353,29 +357,17 @@ module Quiet (Pk : Rig_edge.Package) = struct
      most): the fault's text, or None *)
   let fault d =
     match Pk.kit.fault with
-    | None -> None
-    | Some fn -> (
-        match P.masked (fun () -> D.image d Pk.kit.binary) with
-        | Ok i -> (
-            match P.masked (fun () -> D.entry i fn) with
-            | Rig_edge.Entry h ->
-                let q = (D.facts d).queue in
-                let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args = [] } ] in
-                if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
-                   && P.masked (fun () -> q.submit s ~value:100 && q.commit ()) then
-                  let until = Unix.gettimeofday () +. 3. in
-                  let rec wait () =
-                    if Unix.gettimeofday () > until then None
-                    else
-                      match P.masked (fun () -> D.sleep d ~seen:(D.signaled d) ~still_ms:100) with
-                      | () -> wait ()
-                      | exception D.Fault why -> Some why
-                  in
-                  wait ()
-                else None
-            | _ -> None)
-        | Error _ -> None
-        | exception _ -> None)
+    | Some fn when O.launch d fn [] ~value:100 ->
+        let until = Unix.gettimeofday () +. 3. in
+        let rec wait () =
+          if Unix.gettimeofday () > until then None
+          else
+            match P.masked (fun () -> D.sleep d ~seen:(D.signaled d) ~still_ms:100) with
+            | () -> wait ()
+            | exception D.Fault why -> Some why
+        in
+        wait ()
+    | _ -> None
 
   (* [with_full_output f]: f () with file descriptors 1 and 2 on a pipe
      that is full, so that a write to either blocks; then they are put
