@@ -36,13 +36,12 @@ let find name =
 
 let load_plugin_why path =
   if not (Sys.file_exists path) then Error (`Bad_file (path ^ ": no such file"))
-  else begin
+  else
     try Ok (Plugin_load.around (fun () -> Dynlink.loadfile (Dynlink.adapt_filename path))) with
     | Dynlink.Error (Dynlink.Library's_module_initializers_failed e) ->
         Error (`Init_failed (path ^ ": its initialisation raised " ^ Printexc.to_string e))
     | Dynlink.Error e -> Error (`Bad_file (path ^ ": " ^ Dynlink.error_message e))
     | e -> Error (`Init_failed (path ^ ": its initialisation raised " ^ Printexc.to_string e))
-  end
 
 let load_plugin path = Result.map_error (function `Bad_file w | `Init_failed w -> w) (load_plugin_why path)
 

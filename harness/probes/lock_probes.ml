@@ -9,9 +9,6 @@ exception Skip of string
 
 (* ------------------------------------------------- /proc/self/task *)
 
-let read_tasks () =
-  Sys.readdir "/proc/self/task" |> Array.to_list |> List.filter_map int_of_string_opt |> List.sort compare
-
 (* The process's threads.  One read of /proc/self/task can skip a live
    thread: the kernel's walk stops early when the thread it stands on exits
    (seen under load: a thread started before the LOCK-4 snapshot looked
@@ -19,11 +16,11 @@ let read_tasks () =
    keep every thread any read saw. *)
 let tasks () =
   let rec settle seen prev k =
-    let now = read_tasks () in
+    let now = Self_thread.tasks () in
     let seen = List.sort_uniq compare (now @ seen) in
     if now = prev || k = 0 then seen else settle seen now (k - 1)
   in
-  let first = read_tasks () in
+  let first = Self_thread.tasks () in
   settle first first 49
 
 (* The SigBlk line of a task's status, as a 64-bit set (bit n-1 for signal
@@ -509,7 +506,7 @@ module Probe (Pk : Rig_edge.Package) = struct
         (fun tid ->
           if tid = counter || tid = sleeper then None
           else Option.map (fun (r, q) -> (tid, r +. q)) (Probes.sched_ms ~tid ()))
-        (read_tasks ())
+        (Self_thread.tasks ())
     in
     let sleeper_queued = Option.map snd (Probes.sched_ms ~tid:sleeper ()) in
     { at = now_ms (); counter = Probes.sched_ms ~tid:counter (); others; sleeper_queued }

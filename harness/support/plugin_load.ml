@@ -4,12 +4,9 @@ let bracket_end = Atomic.make ignore
 let registered = Atomic.make false
 let started = Atomic.make []
 
-(* One read of /proc/self/task may skip a thread that exits meanwhile; a
-   thread the load started and that lives is in the read after it. *)
-let tasks () =
-  match Sys.readdir "/proc/self/task" with
-  | names -> List.filter_map int_of_string_opt (Array.to_list names)
-  | exception Sys_error _ -> []
+(* A read may skip a thread that exits meanwhile; a thread the load
+   started and that lives is in the read after it. *)
+let tasks () = try Self_thread.tasks () with Sys_error _ -> []
 
 let around load =
   if not (Atomic.exchange registered true) then at_exit (fun () -> (Atomic.get bracket_end) ());

@@ -9,6 +9,11 @@ val gettid : unit -> int
     thread only (pthread_kill). *)
 val kill : int -> unit
 
+(** The kernel ids of this process's threads, sorted, from one read of
+    /proc/self/task (which may skip a thread that exits meanwhile).
+    Raises Sys_error where it cannot be read. *)
+val tasks : unit -> int list
+
 (** [kill_tid tid signo]: sends the OCaml signal number [signo] to the
     thread of this process whose kernel id is [tid] (tgkill). *)
 val kill_tid : int -> int -> unit
