@@ -72,20 +72,10 @@ BROKEN = {
     "fw-locate-logs": {"LOCK-6"},
 }
 
-# The certifier's misses: driver -> what it said.  The expectation above
-# stays; the mark comes off once the certifier catches it.
-MISSED = {
-    # Its lock is the device's C mutex, taken and given inside locate in a
-    # few instructions; only a thread holding it at that moment makes the
-    # take show (a wait), and only the driver's own code holds it.  The
-    # region is always live when rig asks, so its check never raises.  A
-    # run sees neither without interposing pthread's mutex functions.
-    "fw-locate-validates-locked": "missed: LOCK-5 pass [an uncounted C mutex, never contended in a run, and a check that never fails]",
-    # The same for peer's try-lock of the registry: it fails only while an
-    # open of another device holds it for a few instructions; then peer
-    # answers false (MEM-4's symptom).  No probe opens devices beside peer.
-    "fw-peer-trylock": "missed: LOCK-5 pass [a try-lock of a C mutex that only an open holds, for a few instructions]",
-}
+# The certifier's misses: driver -> what it said.  fw-locate-validates-locked
+# and fw-peer-trylock were missed until the probes watched the lock calls of
+# a plugin's C code (C_locks): their C mutex is never contended in a run.
+MISSED: dict = {}
 
 # Verdicts right in some runs only.
 UNSTABLE = {

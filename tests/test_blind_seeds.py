@@ -56,6 +56,7 @@ SETS = [
     ("test_blind_fw", "BLINDFW"),
     ("test_blind_fx", "BLINDFX"),
     ("test_blind_ld", "BLINDLD"),
+    ("test_blind_cl", "BLINDCL"),
 ]
 
 

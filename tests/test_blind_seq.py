@@ -100,7 +100,7 @@ CONFORMING = [
 TODAY = {
     "bq-free-after-refusal": {"MEM-2"},
     "bq-stop-last-good": set(),
-    "bq-fault-polled-away": {"TIME-5"},
+    "bq-fault-polled-away": {"TIME-5", "LOCK-5"},
     "bq-peer-ring": {"MEM-4"},
     "bq-entry-prepare-flush": {"CODE-2"},
     "bq-map-host-recount": {"MEM-7"},
@@ -114,7 +114,15 @@ TODAY = {
 # bs-stop-forgets-failed-submit of test_blind_set is the same bug).  Written
 # before Rig_edge.kit_more, it registers no refused_launch, the item that
 # lets a certification make a submit fail (blind set sf has the bug with it).
-MISSED_TODAY = {d for d, c in BROKEN.items() if TODAY.get(d) != {c}}
+# Clauses a broken driver also breaks, besides its own, found later.
+# bq-fault-polled-away's signaled asks hostmem's sleep (still_ms 0) for the
+# fault, and that sleep takes the device's C mutex: signaled "must take no
+# lock" (LOCK-5), seen once the probes watched a plugin's C locks.
+ALSO = {
+    "bq-fault-polled-away": {"LOCK-5"},
+}
+
+MISSED_TODAY = {d for d, c in BROKEN.items() if TODAY.get(d) != {c} | ALSO.get(d, set())}
 WHY_MISSED = {
     "bq-stop-last-good": "its STOP-3 bug needs a submit without a room first, which rig never makes, and it gives no refused_launch",
 }
@@ -193,7 +201,8 @@ def test_every_driver_loads():
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     data = certify(BLINDSEQ, driver, tmp_path)
     failed = {i for i, v in verdicts(data).items() if v == "fail"}
-    assert failed == {BROKEN[driver]}, explain(data, failed | {BROKEN[driver]})
+    want = {BROKEN[driver]} | ALSO.get(driver, set())
+    assert failed == want, explain(data, failed | want)
 
 
 @pytest.mark.parametrize("driver", CONFORMING)

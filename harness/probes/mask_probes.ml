@@ -421,19 +421,34 @@ module Quiet (Pk : Rig_edge.Package) = struct
        calls like it ([again], by default the same call): on a loaded
        machine a thread that holds the OCaml runtime can be descheduled
        as long, and the call then waits for the runtime once. *)
+    (* A C lock taken in one call may be a finaliser's, run by the call's
+       allocation: the call is judged on two more like it, each of which
+       must take one too. *)
+    let takes_c_lock_again f =
+      List.for_all
+        (fun () ->
+          let _, n, _ = C_locks.taken_in f in
+          n > 0)
+        [ (); () ]
+    in
+    let c_lock_finding what state where c_lock =
+      finding "LOCK-5" "%s %s%s took a lock: the driver's C code called %s (in 3 of 3 calls)" what state where c_lock
+    in
     let check ?again state what f =
       let again = match again with Some g -> g | None -> fun () -> slept_in f in
       (* a finding, or a block to confirm once outside the probe's lock
          (where a make may open devices anew) *)
       let measure ?(outside_returned = false) where =
         let before = P.activity () and waits = P.waits () and holds = P.holds () in
-        match slept_in f with
-        | slept ->
+        match C_locks.taken_in (fun () -> slept_in f) with
+        | Ok slept, c_takes, c_lock ->
             if P.waits () <> waits then
               Some (fun () -> Some (finding "LOCK-6" "%s %s%s entered a wait" what state where))
             else if P.activity () <> before then
               (* a counted take, even one that never blocks (LOCK-5) *)
               Some (fun () -> Some (finding "LOCK-5" "%s %s%s took a counted lock" what state where))
+            else if c_takes > 0 && takes_c_lock_again f then
+              Some (fun () -> Some (c_lock_finding what state where c_lock))
             else if P.holds () <> holds then
               Some (fun () -> Some (finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d" what state where (P.holds ()) holds))
             else if slept >= blocked_floor_ms then
@@ -446,11 +461,11 @@ module Quiet (Pk : Rig_edge.Package) = struct
                          what state where slept confirmed)
                   else None)
             else None
-        | exception (Invalid_argument _ as e) when outside_returned ->
+        | Error (Invalid_argument _ as e), _, _ when outside_returned ->
             (* raised inside the lock only: a check of rig_holds, which
                these functions must not make (LOCK-5) *)
             Some (fun () -> Some (finding "LOCK-5" "%s %s%s raised %s, and returned outside it: it checks rig_holds" what state where (Printexc.to_string e)))
-        | exception e -> Some (fun () -> Some (finding "LOCK-6" "%s %s%s raised %s" what state where (Printexc.to_string e)))
+        | Error e, _, _ -> Some (fun () -> Some (finding "LOCK-6" "%s %s%s raised %s" what state where (Printexc.to_string e)))
       in
       List.iter (Option.iter (fun judge -> Option.iter (fun f -> findings := f :: !findings) (judge ()))) (both_ways measure)
     in
@@ -461,16 +476,18 @@ module Quiet (Pk : Rig_edge.Package) = struct
       let measure ?(outside_returned = false) where =
         let takes () = P.activity () - P.waits () in
         let before = takes () and holds = P.holds () in
-        match D.signaled d with
-        | _ ->
+        let signaled () = ignore (D.signaled d) in
+        match C_locks.taken_in signaled with
+        | Ok (), c_takes, c_lock ->
             let n = takes () - before in
             if n > 0 then Some (finding "LOCK-5" "signaled %s%s took %d counted lock(s)" state where n)
+            else if c_takes > 0 && takes_c_lock_again signaled then Some (c_lock_finding "signaled" state where c_lock)
             else if P.holds () <> holds then
               Some (finding "LOCK-5" "signaled %s%s left rig_holds at %d, not %d" state where (P.holds ()) holds)
             else None
-        | exception (Invalid_argument _ as e) when outside_returned ->
+        | Error (Invalid_argument _ as e), _, _ when outside_returned ->
             Some (finding "LOCK-5" "signaled %s%s raised %s, and returned outside it: it checks rig_holds" state where (Printexc.to_string e))
-        | exception _ -> None
+        | Error _, _, _ -> None
       in
       List.iter (Option.iter (fun f -> findings := f :: !findings)) (both_ways measure)
     in

@@ -11,7 +11,7 @@ let tasks () = try Self_thread.tasks () with Sys_error _ -> []
 let around load =
   if not (Atomic.exchange registered true) then at_exit (fun () -> (Atomic.get bracket_end) ());
   let before = tasks () in
-  Fun.protect load ~finally:(fun () ->
+  Fun.protect (fun () -> C_locks.around_load load) ~finally:(fun () ->
       let fresh = List.filter (fun t -> not (List.mem t before)) (tasks ()) in
       Atomic.set started (List.sort_uniq compare (fresh @ Atomic.get started)))
 

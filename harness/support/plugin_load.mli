@@ -6,7 +6,8 @@
 
 (** [around load]: runs [load ()] (the plugin's load), having registered,
     once per process, the end of a bracket of exit handlers; notes the
-    threads that appeared meanwhile. *)
+    threads that appeared meanwhile, and redirects the lock calls of the
+    plugin's C code ({!C_locks.around_load}). *)
 val around : (unit -> 'a) -> 'a
 
 (** Whether {!around} ran in this process. *)
