@@ -263,8 +263,21 @@ module Make (D : Rig_edge.Driver) = struct
     b.user_freed <- true;
     release_ready b.dev
 
+  (* locate and peer are uncounted, so that only rig's lock keeps them
+     from a stop another thread makes (CNT-4): a device is lost under that
+     lock before its stop.  They take no lock (LOCK-5), and rig may call
+     them holding its own ("at any time", LOCK-6). *)
+  let uncounted_on_live devs f =
+    let outcome =
+      with_rig (fun () ->
+          match List.find_map (fun (dev : device) -> dev.lost) devs with
+          | Some why -> Error (Device_lost why)
+          | None -> ( try Ok (f ()) with e -> Error e))
+    in
+    match outcome with Ok v -> v | Error e -> raise e
+
   (* peer is never asked of a device with itself (GUAR-3). *)
-  let peers_conforming a b = D.peer a.d b.d
+  let peers_conforming a b = uncounted_on_live [ a; b ] (fun () -> D.peer a.d b.d)
   let peers = step peers_conforming
 
   (* A buffer asked onto its own device is the program's error (GUAR-3). *)
@@ -298,7 +311,7 @@ module Make (D : Rig_edge.Driver) = struct
     counted b.dev "dma" (fun () -> D.dma b.dev.d b.b ~fn)
 
   (* No exception from locate loses anything (EXC-3). *)
-  let locate_conforming b = D.locate b.dev.d b.b
+  let locate_conforming b = uncounted_on_live [ b.dev ] (fun () -> D.locate b.dev.d b.b)
   let locate = step locate_conforming
   let place b = !locate b
 

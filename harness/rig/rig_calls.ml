@@ -1,5 +1,6 @@
 (* How the reference rig calls a driver; see rig_calls.mli.  rig's own lock
-   guards its records only: no driver call is ever made while it is held
+   guards its records, and keeps locate and peer from a stop (Rig's
+   uncounted_on_live): no other driver call is ever made while it is held
    (LOCK-1). *)
 
 open Rig_types
@@ -174,8 +175,11 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     (* no-lock-check (LOCK-2): calls made inside a lock go on. *)
     let unchecked (_ : string) = ()
 
-    (* write-unchecked (LOCK-2): write alone lacks the check. *)
-    let all_but_write fn = if fn <> "Rig.write" then P.check_unheld fn
+    (* prepare-unchecked (LOCK-2): prepare alone lacks the check.  Its call
+       is then refused by the take of rig's lock that counts it (LOCK-7),
+       and prepare reports no exception of the driver's (CODE-6): it
+       returns. *)
+    let all_but_prepare fn = if fn <> "Rig.prepare" then P.check_unheld fn
 
     (* ignore-exception (EXC-1): no exception other than Fault loses the device. *)
     let loses_nothing _ _ = false
@@ -255,7 +259,7 @@ module Make (D : Rig_edge.Driver) (L : Losses) = struct
     let variants =
       [
         ("no-lock-check", fun () -> check_unheld := unchecked);
-        ("write-unchecked", fun () -> check_unheld := all_but_write);
+        ("prepare-unchecked", fun () -> check_unheld := all_but_prepare);
         ("ignore-exception", fun () -> loses := loses_nothing);
         ("lose-on-entry-invalid", fun () -> loses := loses_entry_invalid);
         ("lose-on-prepare-exn", fun () -> loses := loses_prepare);

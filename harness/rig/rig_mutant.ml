@@ -47,7 +47,7 @@ let all =
     ("grown-unbounded", "QUEUE-6", "after a fourth grow that answered Grown, asks grow again when room answers RIG_GROW anew");
     ("call-in-lock", "LOCK-1", "calls alloc while it holds a lock of its own");
     ("no-lock-check", "LOCK-2", "its calls made inside a lock do not raise Invalid_argument");
-    ("write-unchecked", "LOCK-2", "Rig.write alone does not check that it is called inside a lock");
+    ("prepare-unchecked", "LOCK-2", "Rig.prepare alone does not check that it is called inside a lock");
     ("unmasked-call", "SIG-1", "calls alloc with the thread's signals unblocked");
     ("unmask-before-loss", "SIG-1", "gives a call's mask back before it records the loss its Fault makes");
     ("no-stop-after-async", "ASYNC-1", "after an exception it does not know (an asynchronous one) from a driver call, forgets the device: no stop, free or unload");
