@@ -23,9 +23,11 @@ type tracker = {
   nth : int;
   fire_at : int;  (* 0: never *)
   probe : (unit -> unit) option;
+  holds_at_start : int;
   mutable allocs : int;
   mutable live : bool;
   mutable in_probe : bool;
+  mutable again_while : int;  (* > 0: a second exception pending, see on_alloc *)
 }
 
 let enabled = Atomic.make false
@@ -56,10 +58,29 @@ let on_alloc () =
   | l -> (
       let tid = self () in
       match List.find_opt (fun t -> t.tid = tid && t.live && not t.in_probe) l with
+      | Some t when t.again_while > 0 ->
+          (* After the exception came with a lock of the driver's held: a
+             second at the call's next allocation while that lock is still
+             held.  The handler that gives a lock back must give it first
+             (ASYNC-2): one that allocates before leaves it taken now.  Once
+             the lock is given back, none. *)
+          t.allocs <- t.allocs + 1;
+          let held = P.holds () >= t.again_while in
+          t.again_while <- 0;
+          t.live <- false;
+          if held then begin
+            let where =
+              Printf.sprintf "%s, and a second at allocation %d, with the lock still held"
+                (Option.value (Atomic.get fired_at) ~default:"?") t.allocs
+            in
+            Atomic.set fired_at (Some where);
+            raise (Async_interrupt where)
+          end
       | Some t when (Atomic.get counts_now) () ->
           t.allocs <- t.allocs + 1;
           if t.allocs = t.fire_at then begin
-            t.live <- false;
+            let holds = P.holds () in
+            if holds > t.holds_at_start then t.again_while <- holds else t.live <- false;
             let where = Printf.sprintf "allocation %d of %s call %d" t.allocs t.fn t.nth in
             Atomic.set fired_at (Some where);
             raise (Async_interrupt where)
@@ -138,7 +159,9 @@ let around fn ?probe f =
       in
       let waits = P.waits () in
       let probe = if Atomic.get probes_on then probe else None in
-      let t = { tid; fn; nth; fire_at; probe; allocs = 0; live = true; in_probe = false } in
+      let t =
+        { tid; fn; nth; fire_at; probe; holds_at_start = P.holds (); allocs = 0; live = true; in_probe = false; again_while = 0 }
+      in
       let finish () =
         P.signal_at_wait 0;
         update trackers (List.filter (fun x -> x != t));

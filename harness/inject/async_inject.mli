@@ -25,7 +25,11 @@ exception Async_interrupt of string
 type point = Allocation | Wait
 
 (** An injection point: the [at]-th allocation (or wait) inside the [nth]
-    call of [fn]. *)
+    call of [fn].  An allocation point that comes while the call holds more
+    counted locks than it did as it started brings a second exception, at
+    the call's next allocation if the thread still holds as many: a
+    handler that gives a lock back must give it first (ASYNC-2), and one
+    that allocates before leaves it taken. *)
 type target = { fn : string; nth : int; at : int; on : point }
 
 val target_to_string : target -> string
