@@ -57,6 +57,7 @@ SETS = [
     ("test_blind_fx", "BLINDFX"),
     ("test_blind_ld", "BLINDLD"),
     ("test_blind_cl", "BLINDCL"),
+    ("test_blind_a2", "BLINDA2"),
 ]
 
 
