@@ -417,10 +417,6 @@ module Quiet (Pk : Rig_edge.Package) = struct
       | Some b0, Some b1 -> ((Unix.gettimeofday () -. t0) *. 1000.) -. (b1 -. b0)
       | _ -> 0.
     in
-    (* A call that slept that long is judged on the longest of two more
-       calls like it ([again], by default the same call): on a loaded
-       machine a thread that holds the OCaml runtime can be descheduled
-       as long, and the call then waits for the runtime once. *)
     (* A C lock taken in one call may be a finaliser's, run by the call's
        allocation: the call is judged on two more like it, each of which
        must take one too. *)
@@ -434,6 +430,10 @@ module Quiet (Pk : Rig_edge.Package) = struct
     let c_lock_finding what state where c_lock =
       finding "LOCK-5" "%s %s%s took a lock: the driver's C code called %s (in 3 of 3 calls)" what state where c_lock
     in
+    (* A call that slept that long is judged on the longest of two more
+       calls like it ([again], by default the same call): on a loaded
+       machine a thread that holds the OCaml runtime can be descheduled
+       as long, and the call then waits for the runtime once. *)
     let check ?again state what f =
       let again = match again with Some g -> g | None -> fun () -> slept_in f in
       (* a finding, or a block to confirm once outside the probe's lock
