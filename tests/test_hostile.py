@@ -21,7 +21,8 @@ after certify has exited.  Beyond that, each driver is in one of these kinds:
   certifier may or may not see: each clause is `fail` or hostmem's verdict,
   never a pass that hostmem does not get.
 
-Then: the certifier stays under 400 MiB while a child floods it; SIGINT and
+A replay (`run`, by hand) of a driver that forks leaves nothing running
+either.  Then: the certifier stays under 400 MiB while a child floods it; SIGINT and
 SIGTERM (with a plugin that installs handlers of its own) write the report of
 what was done, crash verdicts kept, and exit 130 / 143; a plugin that
 registers no driver is refused (exit 2, naming it) before any case runs.
@@ -420,6 +421,24 @@ def test_forks_at_the_defaults_leave_nothing_behind(plugins, tmp_path, piddir):
     run = certify(tmp_path, piddir, HOSTILE, "hostile-make-fork", guard=FULL_GUARD)
     assert recorded(piddir), "the driver forked nothing"
     assert_whole(run)
+
+
+@pytest.mark.parametrize("driver", ["hostile-make-fork", "hostile-make-double-fork"])
+def test_a_replay_leaves_nothing_behind(plugins, tmp_path, piddir, driver):
+    """`run`, the replay line a user runs by hand, ends what the driver
+    forked, also a double fork into a session of its own."""
+    env = {**os.environ, "NO_COLOR": "1", "HOSTILE_PIDDIR": str(piddir)}
+    env.pop("HOSTILE_LOAD", None)
+    # Output in files: a forked child left running would keep pipes open.
+    with open(tmp_path / "out", "w") as out:
+        proc = subprocess.run(
+            [ensure_rig(), "run", "--plugin", HOSTILE, "--driver", driver, "--case", "rig.lifecycle", "--seed", "1"],
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=GUARD,
+            start_new_session=True,
+        )
+    assert proc.returncode in (0, 1), (tmp_path / "out").read_text()
+    assert recorded(piddir), "the driver forked nothing"
+    assert not alive(piddir), f"left running after run ended: {alive(piddir)}"
 
 
 # --------------------------------------------------------------- signals

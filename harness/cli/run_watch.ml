@@ -10,7 +10,17 @@ let rec reap pid = try snd (Unix.waitpid [] pid) with Unix.Unix_error (Unix.EINT
    10 ms until the child is reaped. *)
 let watch (case : Case.t) pid page ended =
   let open_ = ref true in
-  let kill () = try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> () in
+  (* The child leads a session of its own: what the driver started there
+     goes with it; what it moved out was re-parented here (a subreaper). *)
+  let kill () =
+    (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ());
+    try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ()
+  in
+  let exit code =
+    (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ());
+    ignore (Child_process.end_strays ~keep:[]);
+    exit code
+  in
   let on_signal code = Sys.Signal_handle (fun _ -> kill (); ignore (reap pid); exit code) in
   Sys.set_signal Sys.sigint (on_signal 130);
   Sys.set_signal Sys.sigterm (on_signal 143);
@@ -52,9 +62,11 @@ let fork_watched case =
     flush stdout;
     flush stderr;
     let ended, alive = Unix.pipe ~cloexec:true () in
+    Child_process.become_subreaper ();
     match Unix.fork () with
     | 0 ->
         Unix.close ended;
+        ignore (Unix.setsid ());
         ignore (Call_trace.attach_page page)
     | pid ->
         Unix.close alive;

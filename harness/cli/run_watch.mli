@@ -11,5 +11,8 @@
     flight past its {!Runner.call_limit} (a [HUNG] record on stdout, the
     call and its clause on stderr), or when a signal killed it (named on
     stderr); 130
-    or 143 when this process gets SIGINT or SIGTERM (the child killed). *)
+    or 143 when this process gets SIGINT or SIGTERM (the child killed).
+    However it ends, what the driver started goes with it: the child leads
+    a session of its own, killed whole, and this process is a subreaper
+    that ends what was re-parented to it. *)
 val fork_watched : Case.t -> unit
