@@ -642,7 +642,12 @@ let unstopped_devices : string list Atomic.t = Atomic.make []
 let note_unstopped ~name ~id ~mut stopped () =
   if not (Atomic.get stopped) then begin
     let note () = update unstopped_devices (fun l -> Printf.sprintf "%s#%d" name id :: l) in
-    if mut = m_finaliser_unshielded then note () else P.shield note
+    if mut = m_finaliser_unshielded then note ()
+    else if mut = m_finaliser_waits_unshielded then begin
+      P.shield note;
+      P.wait (fun () -> Thread.delay 0.001)
+    end
+    else P.shield note
   end
 
 let unstopped () = Atomic.get unstopped_devices

@@ -137,6 +137,7 @@ let mutant_table =
     ("masks-by-hand", "SIG-9", "its functions block signals with Thread.sigmask, not through Rig_edge_primitives", 40);
     ("locate-waits", "LOCK-6", "locate enters a wait (for the device's channel) before it answers", 41);
     ("finaliser-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop runs without rig_shield", 42);
+    ("finaliser-waits-unshielded", "SIG-7", "the finaliser that notes a device dropped without stop notes it inside rig_shield, then waits 1 ms (a wait of the primitives) outside it", 126);
     ("entry-lock-uncounted", "LOCK-3", "entry holds a mutex of its own (its cache's) while its OCaml code runs, without counting it", 70);
     ("free-lock-uncounted", "LOCK-3", "free holds a mutex of its own (its statistics') while its OCaml code records what it freed, without counting it", 74);
     ("prepare-c-lock-uncounted", "LOCK-3", "prepare makes an entry not yet made under a C mutex of its own, held uncounted while its OCaml trace hook runs", 76);
@@ -225,6 +226,7 @@ let m_prepare_evicts_pooled = 96
 let m_prepare_steals_when_short = 97
 let m_locate_waits = 41
 let m_finaliser_unshielded = 42
+let m_finaliser_waits_unshielded = 126
 let m_lock_uncounted = 43
 let m_wait_drops_lock = 44
 

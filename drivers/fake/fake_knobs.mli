@@ -91,6 +91,7 @@ val m_signaled_consumes_fault : int
 val m_peer_two_opens : int
 val m_locate_waits : int
 val m_finaliser_unshielded : int
+val m_finaliser_waits_unshielded : int
 val m_lock_uncounted : int
 val m_wait_drops_lock : int
 

@@ -252,16 +252,53 @@ let longest_open_stretch seen =
 
 let unshielded seen masks = never_shielded seen masks || longest_open_stretch seen >= open_stretch_floor
 
+(* SIG-7's "waits included": while armed, each wait the thread enters sends
+   it SIGUSR2 as it opens (P.signal_at_wait).  Inside rig_shield the signal
+   waits for the shield's end; a handler that runs inside the wait shows a
+   wait of a finaliser or exit handler left unshielded.  The handler stays
+   installed, inert once disarmed: a signal still pending then must not
+   meet SIGUSR2's default action. *)
+module Signal_at_waits = struct
+  let armed = Atomic.make false
+  let in_wait = Atomic.make 0
+
+  let on_sigusr2 _ =
+    if Atomic.get armed then begin
+      if P.in_wait () then Atomic.incr in_wait;
+      P.signal_at_wait 1
+    end
+
+  let install () = Sys.set_signal Sys.sigusr2 (Sys.Signal_handle on_sigusr2)
+
+  let arm () =
+    Atomic.set armed true;
+    P.signal_at_wait 1
+
+  let disarm () =
+    Atomic.set armed false;
+    P.signal_at_wait 0
+
+  (* how many handlers ran inside a wait while armed *)
+  let ran_in_wait () = Atomic.get in_wait
+end
+
 module Finalisers (Pk : Rig_edge.Package) = struct
   module O = Open_every (Pk)
 
   let run ~seed =
     unmask_thread ();
-    (* Devices and regions dropped without stop or free: what a program
+    Signal_at_waits.install ();
+    (* Devices and regions dropped without stop or free, with work still
+       running (a finaliser that lets it finish waits): what a program
        that lost them leaves to the driver's finalisers. *)
-    O.devices ~seed ();
-    let _, seen, masks = watched (fun () -> Gc.full_major (); Gc.full_major ()) in
+    O.devices ~busy_ms:300 ~seed ();
+    (* armed around the watch, not in it: the watch counts every
+       allocation of its function as a finaliser's *)
+    Signal_at_waits.arm ();
+    let _, seen, masks = Fun.protect ~finally:Signal_at_waits.disarm (fun () -> watched (fun () -> Gc.full_major (); Gc.full_major ())) in
     match seen with
+    | _ when Signal_at_waits.ran_in_wait () > 0 ->
+        [ finding "SIG-7" "a finaliser of the driver's, run by Gc.full_major, entered a wait outside rig_shield: a signal sent as the wait opened ran its handler inside it (%d time(s)), where an exception of it escapes into the code the finaliser interrupts" (Signal_at_waits.ran_in_wait ()) ]
     | [] -> raise (Skip "no finaliser of the driver ran (none allocated) for devices and regions dropped without stop or free")
     | _ when never_shielded seen masks ->
         [ finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
@@ -282,21 +319,7 @@ end
 module Exit_handlers (Pk : Rig_edge.Package) = struct
   module O = Open_every (Pk)
 
-  (* "waits included": while the watch runs, each wait the thread enters
-     sends it SIGUSR2 as it opens (P.signal_at_wait).  Inside rig_shield
-     the signal waits for the shield's end; a handler that runs inside the
-     wait shows a wait of an exit handler left unshielded.  The handler
-     stays installed, inert once the watch ends: a signal still pending
-     then must not meet SIGUSR2's default action. *)
-  let at_waits = Atomic.make false
-  let ran_in_wait = Atomic.make 0
-
-  let on_sigusr2 _ =
-    if Atomic.get at_waits then begin
-      if P.in_wait () then Atomic.incr ran_in_wait;
-      P.signal_at_wait 1
-    end
-
+  (* "waits included": Signal_at_waits while the watch runs. *)
   let run ~seed =
     unmask_thread ();
     let watch = ref None and result = ref None in
@@ -304,13 +327,12 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
       match !watch with
       | Some (w, masks) ->
           Atomic.set current None;
-          Atomic.set at_waits false;
-          P.signal_at_wait 0;
+          Signal_at_waits.disarm ();
           watch := None;
           result := Some (List.rev w.seen, P.masks () - masks)
       | None -> ()
     in
-    Sys.set_signal Sys.sigusr2 (Sys.Signal_handle on_sigusr2);
+    Signal_at_waits.install ();
     if Plugin_load.loaded () then Plugin_load.on_exit_bracket_end stop_watch else at_exit stop_watch;
     (* work still running at exit: a handler that lets it finish waits *)
     O.devices ~busy_ms:300 ~seed ();
@@ -318,13 +340,12 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
         Alloc_points.use on_alloc;
         let w = { tid = self (); seen = []; hook = None; in_hook = false } in
         watch := Some (w, P.masks ());
-        Atomic.set at_waits true;
-        P.signal_at_wait 1;
+        Signal_at_waits.arm ();
         Atomic.set current (Some w));
     Stdlib.do_at_exit ();
     match !result with
-    | _ when Atomic.get ran_in_wait > 0 ->
-        [ finding "SIG-7" "an exit handler the driver registered as it loaded or while its devices opened entered a wait outside rig_shield: a signal sent as the wait opened ran its handler inside it (%d time(s)), where an exception of it escapes the handler" (Atomic.get ran_in_wait) ]
+    | _ when Signal_at_waits.ran_in_wait () > 0 ->
+        [ finding "SIG-7" "an exit handler the driver registered as it loaded or while its devices opened entered a wait outside rig_shield: a signal sent as the wait opened ran its handler inside it (%d time(s)), where an exception of it escapes the handler" (Signal_at_waits.ran_in_wait ()) ]
     | None | Some ([], _) ->
         raise (Skip "no exit handler the driver registered as it loaded or while its devices opened ran OCaml code that allocates")
     | Some (seen, masks) when never_shielded seen masks ->
