@@ -59,7 +59,8 @@ void rig_unblock(void);
 void rig_block(void);
 
 /* Block all signals (fault signals included? no: those stay) for the
- * duration of a finaliser or an exit handler, waits included (SIG-7).
+ * duration of a finaliser or an exit handler, waits included (SIG-7): a
+ * wait inside a shield unblocks nothing, also inside a masked call.
  * rig_shield_begin returns the mask to give back to rig_shield_end. */
 void rig_shield_begin(sigset_t *old);
 void rig_shield_end(const sigset_t *old);

@@ -58,6 +58,7 @@ SETS = [
     ("test_blind_ld", "BLINDLD"),
     ("test_blind_cl", "BLINDCL"),
     ("test_blind_a2", "BLINDA2"),
+    ("test_blind_fn", "BLINDFN"),
 ]
 
 

@@ -59,6 +59,11 @@ static void rig_blocked_set(sigset_t *set) {
 static __thread sigset_t premask;
 static __thread int masked_depth;
 
+/* Shields open on this thread: inside one, a wait keeps every signal
+ * blocked ("waits included", SIG-7), also when the shield began inside a
+ * masked call, whose waits otherwise give back the mask from before it. */
+static __thread int shield_depth;
+
 /* Whether the calling thread is inside a wait: set by rig_unblock, cleared
  * by rig_block (Rig_edge_primitives.in_wait; for the certifier's signal
  * probes).  Set before the mask opens and cleared after it closes, so that
@@ -110,12 +115,12 @@ void rig_unblock(void) {
     signal_at_wait = 0;
     pthread_kill(pthread_self(), SIGUSR2);
   }
-  if (masked_depth > 0) pthread_sigmask(SIG_SETMASK, &premask, NULL);
+  if (masked_depth > 0 && shield_depth == 0) pthread_sigmask(SIG_SETMASK, &premask, NULL);
   note_left();
 }
 
 void rig_block(void) {
-  if (masked_depth > 0) {
+  if (masked_depth > 0 && shield_depth == 0) {
     sigset_t set;
     rig_blocked_set(&set);
     pthread_sigmask(SIG_SETMASK, &set, NULL);
@@ -128,10 +133,12 @@ void rig_shield_begin(sigset_t *old) {
   sigset_t set;
   rig_blocked_set(&set);
   pthread_sigmask(SIG_BLOCK, &set, old);
+  shield_depth++;
   note_left();
 }
 
 void rig_shield_end(const sigset_t *old) {
+  if (shield_depth > 0) shield_depth--;
   pthread_sigmask(SIG_SETMASK, old, NULL);
   note_left();
 }
