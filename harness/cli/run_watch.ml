@@ -12,12 +12,13 @@ let watch (case : Case.t) pid page ended =
   let open_ = ref true in
   (* The child leads a session of its own: what the driver started there
      goes with it; what it moved out was re-parented here (a subreaper). *)
+  let kill_session () = try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> () in
   let kill () =
-    (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ());
+    kill_session ();
     try Unix.kill pid Sys.sigkill with Unix.Unix_error _ -> ()
   in
   let exit code =
-    (try Unix.kill (-pid) Sys.sigkill with Unix.Unix_error _ -> ());
+    kill_session ();
     ignore (Child_process.end_strays ~keep:[]);
     exit code
   in

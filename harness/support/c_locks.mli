@@ -14,11 +14,6 @@
     every object that appeared meanwhile. *)
 val around_load : (unit -> 'a) -> 'a
 
-(** How many call sites of lock functions {!around_load} redirected: 0
-    where no plugin loaded, where its code calls none, or on a target this
-    module does not know. *)
-val redirected : unit -> int
-
 (** [taken_in f]: [f ()]'s result (or exception), with the number of lock
     calls the redirected code made on this thread meanwhile and the name of
     the first. *)

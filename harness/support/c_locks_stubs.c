@@ -89,7 +89,6 @@ static struct {
   char name[256];
 } before[MAX_OBJECTS];
 static int n_before;
-static int redirected;
 
 static int note_object(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
@@ -126,7 +125,6 @@ static void redirect(ElfW(Addr) slot, void *wrapper, ElfW(Addr) relro_lo, ElfW(A
   if (in_relro && mprotect(p, page, PROT_READ | PROT_WRITE) != 0) return;
   __atomic_store_n((void **)slot, wrapper, __ATOMIC_RELEASE);
   if (in_relro) mprotect(p, page, PROT_READ);
-  redirected++;
 }
 
 static void redirect_relocs(ElfW(Addr) base, const ElfW(Rela) *r, size_t bytes, const ElfW(Sym) *symtab, const char *strtab,
@@ -191,12 +189,7 @@ CAMLprim value rig_c_locks_after_load(value unit) {
 #ifdef SLOT_RELOC
   dl_iterate_phdr(redirect_object, NULL);
 #endif
-  return Val_int(redirected);
-}
-
-CAMLprim value rig_c_locks_redirected(value unit) {
-  (void)unit;
-  return Val_int(redirected);
+  return Val_unit;
 }
 
 CAMLprim value rig_c_locks_watch_begin(value unit) {
