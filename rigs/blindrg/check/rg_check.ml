@@ -1,0 +1,17 @@
+let () =
+  match Array.to_list Sys.argv with
+  | [ _; "list" ] -> List.iter (fun (n, ex, _, _) -> Printf.printf "%s\t%s\n" n ex) Rg_rigs.all
+  | [ _; "run"; name ] -> (
+    match List.find_opt (fun (n, _, _, _) -> n = name) Rg_rigs.all with
+    | None -> prerr_endline ("unknown rig " ^ name); exit 2
+    | Some (_, _, bug, program) ->
+      Rg.bug := bug;
+      let outcome = match program () with () -> None | exception e -> Some (Printexc.to_string e) in
+      let vs = Rg.V.finish () in
+      List.iter (fun (v : Validate.violation) ->
+          let one = String.map (function '\n' | '\t' -> ' ' | c -> c) v.detail in
+          Printf.printf "%s\t%s\n" v.clause one) vs;
+      match outcome with
+      | None -> exit 0
+      | Some e -> Printf.printf "ERROR\t%s\n" e; exit 1)
+  | _ -> prerr_endline "usage: rg_check.exe list | run NAME"; exit 2
