@@ -112,9 +112,9 @@ let wait ?(still = 1000) dv v =
         raise (Device_lost (dv.name ^ ": hang bound"))
       end;
       let still_ms = max 1 (min still (!hang_ms - waited)) in
-      if is "hang-reset" then start := now_ms ();
       (if is "sleep-uncounted" then masked (fun () -> V.sleep dv.d ~seen:s ~still_ms)
        else counted dv "sleep" Keeps (fun () -> V.sleep dv.d ~seen:s ~still_ms));
+      if is "hang-reset" then start := now_ms ();
       loop ()
     end
   in
@@ -311,7 +311,17 @@ let submit dv parts =
       end
       else grow asks
   and grow asks =
-    match counted dv "grow" Losing (fun () -> V.grow dv.d) with
+    let g () = counted dv "grow" Losing (fun () -> V.grow dv.d) in
+    let answer =
+      if is "grow-helper-thread" then begin
+        (* growth allocates: done on a helper thread with a fresh stack *)
+        let res = ref None in
+        Thread.join (Thread.create (fun () -> res := Some (try Ok (g ()) with e -> Error e)) ());
+        match !res with Some (Ok a) -> a | Some (Error e) -> raise e | None -> assert false
+      end
+      else g ()
+    in
+    match answer with
     | Grown -> ask (asks + 1)
     | Short n ->
       if asks + 1 >= 4 then raise (Out_of_memory n)
@@ -396,7 +406,7 @@ let open_ name =
     | None -> invalid_arg ("rg.open: no device " ^ name)
   in
   let d = masked o.make in
-  let facts = V.facts d in
+  let facts = masked (fun () -> V.facts d) in
   let dv = {
     name; d; facts; lock = P.Lock.create ~rig:true ("rg." ^ name); cond = Condition.create ();
     inflight = 0; lost = false; fault = None; closing = false; stopped = false; cleaned = false;

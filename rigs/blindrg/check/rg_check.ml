@@ -8,6 +8,10 @@ let () =
       Rg.bug := bug;
       let outcome = match program () with () -> None | exception e -> Some (Printexc.to_string e) in
       let vs = Rg.V.finish () in
+      if Sys.getenv_opt "RG_EVENTS" <> None then
+        List.iter (fun (e : Validate.event) ->
+            Printf.eprintf "%d t%d %s %s%s %s\n" e.seq e.thread e.device e.fn (if e.counted then "" else "(u)")
+              (match e.phase with Start -> "start" | Return s -> "ret " ^ s | Raise s -> "raise " ^ s)) (Rg.V.events ());
       List.iter (fun (v : Validate.violation) ->
           let one = String.map (function '\n' | '\t' -> ' ' | c -> c) v.detail in
           Printf.printf "%s\t%s\n" v.clause one) vs;
