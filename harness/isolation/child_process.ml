@@ -168,13 +168,44 @@ let processes () =
              | None -> None)
   | exception Sys_error _ -> []
 
+(* A /proc file whole, for a list that may be long (a driver's fork flood). *)
+let read_whole path =
+  let fd = Unix.openfile path [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
+  Fun.protect ~finally:(fun () -> Unix.close fd) (fun () ->
+      let out = Buffer.create 256 and buf = Bytes.create 4096 in
+      let rec go () = match Unix.read fd buf 0 4096 with 0 -> Buffer.contents out | n -> Buffer.add_subbytes out buf 0 n; go () in
+      go ())
+
+(* The certifier's children, orphans re-parented to it included: each of its
+   threads' /proc children list, a few files instead of every process's
+   stat each time a child ends (hundreds of files under a busy test suite).
+   [None] on a kernel without those lists (CONFIG_PROC_CHILDREN). *)
+let own_children me =
+  let pids path = List.filter_map int_of_string_opt (String.split_on_char ' ' (String.trim (read_whole path))) in
+  let of_task t = Printf.sprintf "/proc/self/task/%s/children" t in
+  match pids (of_task (string_of_int me)) with
+  | exception (Unix.Unix_error _ | Sys_error _) -> None
+  | main_thread's ->
+      let others = try Array.to_list (Sys.readdir "/proc/self/task") with Sys_error _ -> [] in
+      let other t = if t = string_of_int me then [] else try pids (of_task t) with Unix.Unix_error _ | Sys_error _ -> [] in
+      Some (main_thread's @ List.concat_map other others)
+
+(* Children of [me], with their process groups. *)
+let children me =
+  match own_children me with
+  | None -> List.filter (fun (_, ppid, _) -> ppid = me) (processes ())
+  | Some pids ->
+      List.filter_map
+        (fun pid -> match parent_and_group pid with Some (ppid, pgrp) when ppid = me -> Some (pid, ppid, pgrp) | _ -> None)
+        pids
+
 let end_strays ~keep =
   let me = Unix.getpid () in
   let keep = Option.to_list (Zygote.pid ()) @ keep in
   let rec round n ended =
     if n = 0 then ended
     else
-      let strays = List.filter (fun (pid, ppid, pgrp) -> ppid = me && not (List.mem pid keep || List.mem pgrp keep)) (processes ()) in
+      let strays = List.filter (fun (pid, _, pgrp) -> not (List.mem pid keep || List.mem pgrp keep)) (children me) in
       if strays = [] then ended
       else begin
         List.iter (fun (pid, _, _) -> kill pid; reap pid) strays;
