@@ -218,7 +218,9 @@ module Interp (P : Rig_edge.Package) = struct
             v.clause v.step prefix v.message
           :: !acc
 
-  let run ~file (t : S.t) acc =
+  (* [acc] gets the fuzzer's findings, [unmet] the statements whose
+     outcome was not the expected one (under the first clause). *)
+  let run ~file (t : S.t) acc unmet =
     let clause = List.hd t.clauses in
     let finish () =
       E.close_all ();
@@ -250,9 +252,9 @@ module Interp (P : Rig_edge.Package) = struct
                        (Printf.sprintf "%s:%d: %s ended %s: the driver's make raised %s" file st.line (S.string_of_stmt st)
                           outcome raised))
               | _ ->
-                  acc :=
+                  unmet :=
                     finding clause "%s:%d: %s ended %s, not %s" file st.line (S.string_of_stmt st) outcome expected
-                    :: !acc)
+                    :: !unmet)
           | _ -> ()
           | exception Broken why -> broken "%s:%d: %s" file st.line why);
           go rest
@@ -292,17 +294,35 @@ let case ~file (t : S.t) =
     else
       let module I = Interp (P) in
       I.E.bound_hangs (hang_bound t);
-      let acc = ref [] in
-      let seen () =
+      let acc = ref [] and unmet = ref [] in
+      (* A statement's unmet expectation comes after what rig broke, when
+         the validation layer saw a guarantee broken: it rests on that
+         (a submission rig gave up on too early did not end ok), and is
+         not the first clause's to fail. *)
+      let seen ?could_not_go_on () =
         Case.report_calls (I.E.V.calls ());
         let violations = List.map Scenarios.of_violation (I.E.V.finish ()) in
-        if !Case.injecting then violations else List.rev !acc @ violations
+        let unmet =
+          List.rev !unmet
+          @ Option.to_list (Option.map (fun why -> finding (List.hd t.clauses) "the scenario could not go on: %s" why) could_not_go_on)
+        in
+        if !Case.injecting then violations
+        else
+          match violations with
+          | broken :: _ when unmet <> [] ->
+              Case.report_unjudged
+                (List.map
+                   (fun (f : Case.finding) ->
+                     (f.clause, Printf.sprintf "%s; it rests on rig keeping %s, which the validation layer found broken: %s" f.detail broken.clause broken.detail))
+                   unmet);
+              List.rev !acc @ violations
+          | _ -> List.rev !acc @ unmet @ violations
       in
-      match I.run ~file t acc with
+      match I.run ~file t acc unmet with
       | () | (exception Validate.Abandoned _) -> Ran (seen ())
       | exception Scenarios.Needs what -> Not_applicable ("needs " ^ what)
       | exception _ when !Case.injecting -> Ran (seen ())
-      | exception Broken why -> Ran (seen () @ [ finding (List.hd t.clauses) "the scenario could not go on: %s" why ])
+      | exception Broken why -> Ran (seen ~could_not_go_on:why ())
       | exception Open_refused why -> (
           (* as Scenarios.case does after the driver's failure *)
           match seen () with [] -> Not_applicable ("not judged: " ^ why) | fs -> Ran fs)

@@ -605,6 +605,9 @@ module Make (D : Rig_edge.Driver) = struct
         ("dma-any-region", fun () -> refuse_dma := refuses_nothing);
         ("three-asks", fun () -> entry_asks := asks - 1);
         ("five-asks", fun () -> max_grows := asks + 1);
+        ("short-gives-up", fun () ->
+            max_grows := 1;
+            grown_out := fun grows -> grows >= asks);
         ("oom-previous-short", fun () -> short_out := fun ~previous _ -> previous);
         ("grow-unasked", fun () -> ask_room := grow_first);
         ("grown-unbounded", fun () -> grown_out := never_grown_out);

@@ -41,6 +41,7 @@ let all =
     ("three-asks", "CODE-4", "after No_memory from entry, runs one round too few");
     ("grow-again", "QUEUE-4", "after a Short, asks grow again without asking room");
     ("short-no-round", "QUEUE-4", "after a Short, asks room again without a round of reclamation");
+    ("short-gives-up", "QUEUE-4", "after a submission's first Short, raises Out_of_memory without asking room again");
     ("grow-unasked", "QUEUE-5", "asks grow before any room answered RIG_GROW");
     ("five-asks", "QUEUE-6", "asks grow a fifth time for a submission");
     ("oom-previous-short", "QUEUE-6", "after the last Short, raises Out_of_memory with the n of the Short before it");

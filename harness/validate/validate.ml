@@ -124,6 +124,7 @@ module Make (D : Rig_edge.Driver) = struct
     mutable last_room : (dev * Rig_edge.room) option;
     mutable grew : (dev * Rig_edge.grow_answer) option;      (* grow since the last room *)
     mutable room_sub : sub_state option;   (* the submission of the last room *)
+    mutable refused_at : int;  (* > 0: inside a request asked holding that many counted locks (LOCK-2) *)
   }
 
   let threads : thread_state By_thread.t = By_thread.create 8
@@ -133,7 +134,7 @@ module Make (D : Rig_edge.Driver) = struct
     match By_thread.find_opt threads t with
     | Some s -> s
     | None ->
-        let s = { expect_fallback = None; entry_streak = None; last_room = None; grew = None; room_sub = None } in
+        let s = { expect_fallback = None; entry_streak = None; last_room = None; grew = None; room_sub = None; refused_at = 0 } in
         By_thread.replace threads t s;
         s
 
@@ -167,7 +168,10 @@ module Make (D : Rig_edge.Driver) = struct
       (fun st ->
         match st.last_short with
         | Some n when st.sdev == dev && st.grows < 4 && dev.loss = None && not dev.stopped ->
-            violate "QUEUE-6" [ st.first ] "a submission gave up after %d grow(s), the last Short %d (4 asks)"
+            (* Fewer than four asks: a Short after which rig did not
+               ask room again, which QUEUE-4 asks for (QUEUE-6 bounds the
+               asks from above). *)
+            violate "QUEUE-4" [ st.first ] "a submission gave up after %d grow(s), the last answering Short %d, without asking room again (4 asks)"
               st.grows n;
             st.last_short <- None
         | _ -> ())
@@ -187,9 +191,11 @@ module Make (D : Rig_edge.Driver) = struct
 
   let check_entry dev fn counted e =
     if not (named fn unmasked_fns) then begin
-      if Rig_edge_primitives.holds () <> 0 then
-        violate "LOCK-1" [ e ] "%s called on a thread that holds %d counted lock(s)" fn
-          (Rig_edge_primitives.holds ());
+      let holds = Rig_edge_primitives.holds () in
+      (* Inside a request asked in the program's lock, with no lock of
+         rig's added, the call is LOCK-2's: rig should have refused. *)
+      if holds <> 0 && holds <> (tstate ()).refused_at then
+        violate "LOCK-1" [ e ] "%s called on a thread that holds %d counted lock(s)" fn holds;
       let open_ = unblocked must_be_blocked_array in
       if open_ > 0 then
         violate "SIG-1" [ e ] "%s called with signals unblocked (%d of the sampled signals)" fn open_
@@ -301,12 +307,48 @@ module Make (D : Rig_edge.Driver) = struct
     in
     { Rig_edge.name = o.name; make }
 
+  let act_name = function Open n -> "open of " ^ n | Close n -> "close of " ^ n | Request what -> what
+
+  (* LOCK-2: asked on a thread that holds a counted lock, a call of rig's
+     raises Invalid_argument as it starts, so with no driver call before. *)
+  let refused_in_lock act ~held ~from f =
+    let mine () = locked (fun () -> List.filter (fun e -> e.seq > from && e.thread = self () && e.phase = Start) !trace) in
+    let ts = locked tstate in
+    let outer = ts.refused_at in
+    ts.refused_at <- held;
+    match Fun.protect ~finally:(fun () -> ts.refused_at <- outer) f with
+    | v ->
+        let calls = mine () in
+        locked (fun () ->
+            violate "LOCK-2" (List.rev calls) "rig's %s, asked on a thread holding %d counted lock(s), returned instead of raising Invalid_argument"
+              (act_name act) held);
+        v
+    | exception (Invalid_argument _ as x) ->
+        let calls = mine () in
+        if calls <> [] then
+          locked (fun () ->
+              violate "LOCK-2" (List.rev calls) "rig's %s, asked on a thread holding %d counted lock(s), raised Invalid_argument only after %d driver call(s)"
+                (act_name act) held (List.length calls));
+        raise x
+    | exception (Abandoned _ as x) -> raise x
+    | exception x ->
+        let calls = mine () in
+        locked (fun () ->
+            violate "LOCK-2" (List.rev calls) "rig's %s, asked on a thread holding %d counted lock(s), raised %s, not Invalid_argument"
+              (act_name act) held (Printexc.to_string x));
+        raise x
+
   let user act f =
     let me = (self (), act) in
-    locked (fun () ->
-        (* The asks of an earlier request on this thread have ended. *)
-        (match act with Request _ -> close_entry_streak (tstate ()) | Open _ | Close _ -> ());
-        acts := me :: !acts);
+    let held = Rig_edge_primitives.holds () in
+    let from =
+      locked (fun () ->
+          (* The asks of an earlier request on this thread have ended. *)
+          (match act with Request _ -> close_entry_streak (tstate ()) | Open _ | Close _ -> ());
+          acts := me :: !acts;
+          !seq)
+    in
+    let f = if held = 0 then f else fun () -> refused_in_lock act ~held ~from f in
     Fun.protect ~finally:(fun () -> locked (fun () -> acts := List.filter (( != ) me) !acts)) f
 
   let set_hang_ms ms = locked (fun () -> hang_ms := ms)

@@ -12,7 +12,9 @@
 
     What a wrapper cannot see, the program that drives the rig tells it:
     when it asks the rig to open or close a device ({!user}), and the rig's
-    hang bound ([hang_ms]). *)
+    hang bound ([hang_ms]).  What only rig's answers show is the program's
+    to check: that an exception lost nothing (EXC-2, EXC-3), and that a
+    buffer only a submission kept can be collected after stop (CNT-5). *)
 
 type phase = Start | Return of string | Raise of string
 
@@ -43,7 +45,9 @@ module Make (D : Rig_edge.Driver) : sig
   (** [opener o] is the opener rig should use: it records the device's name. *)
   val opener : D.t Rig_edge.opener -> t Rig_edge.opener
 
-  (** [user act f] runs [f ()], the program's request to the rig, as [act]. *)
+  (** [user act f] runs [f ()], the program's request to the rig, as [act].
+      Asked on a thread that holds a counted lock, [f] must raise
+      Invalid_argument before any driver call, or it breaks LOCK-2. *)
   val user : user_act -> (unit -> 'a) -> 'a
 
   (** [set_hang_ms ms]: the rig's hang bound, for GUAR-7 and STOP-1. *)
