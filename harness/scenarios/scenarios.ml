@@ -654,13 +654,12 @@ module Flows (P : Rig_edge.Package) = struct
         let inside name call ~undo =
           if !unchecked = None then begin
             let before = List.length (V.events ()) in
-            let driver_call (e : Validate.event) = not (String.starts_with ~prefix:"user:" e.fn) in
             match Rig_edge_primitives.Lock.protect mine call with
             | r ->
                 unchecked := Some (Printf.sprintf "Rig.%s called inside a lock did not raise Invalid_argument" name);
                 (try undo r with _ -> ())
             | exception Invalid_argument _ -> (
-                match List.filter driver_call (List.filteri (fun i _ -> i >= before) (V.events ())) with
+                match List.filteri (fun i _ -> i >= before) (V.events ()) with
                 | [] -> ()
                 | first :: _ ->
                     unchecked :=
@@ -775,19 +774,17 @@ let of_violation (v : Validate.violation) =
 let driver_failure (events : Validate.event list) =
   List.find_map
     (fun (e : Validate.event) ->
-      let starts p s = String.length s >= String.length p && String.sub s 0 (String.length p) = p in
-      if starts "user:" e.fn then None
-      else
-        match e.phase with
-        | Raise r -> Some (Printf.sprintf "%s raising %s" e.fn r)
-        | Return s
-          when (e.fn = "alloc" && s = "None")
-               || (e.fn = "entry" && starts "No_memory" s)
-               || (e.fn = "grow" && starts "Short" s)
-               || (e.fn = "image" && starts "Error" s)
-               || ((e.fn = "submit" || e.fn = "commit") && s = "false") ->
-            Some (Printf.sprintf "%s answering %s" e.fn s)
-        | _ -> None)
+      let starts p s = String.starts_with ~prefix:p s in
+      match e.phase with
+      | Raise r -> Some (Printf.sprintf "%s raising %s" e.fn r)
+      | Return s
+        when (e.fn = "alloc" && s = "None")
+             || (e.fn = "entry" && starts "No_memory" s)
+             || (e.fn = "grow" && starts "Short" s)
+             || (e.fn = "image" && starts "Error" s)
+             || ((e.fn = "submit" || e.fn = "commit") && s = "false") ->
+          Some (Printf.sprintf "%s answering %s" e.fn s)
+      | _ -> None)
     events
 
 (* What the last make of the driver's that raised raised, if one did: it

@@ -13,8 +13,10 @@
     What a wrapper cannot see, the program that drives the rig tells it:
     when it asks the rig to open or close a device ({!user}), and the rig's
     hang bound ([hang_ms]).  What only rig's answers show is the program's
-    to check: that an exception lost nothing (EXC-2, EXC-3), and that a
-    buffer only a submission kept can be collected after stop (CNT-5). *)
+    to check: that an exception lost nothing (EXC-2, EXC-3), that a
+    buffer only a submission kept can be collected after stop (CNT-5), and
+    what a round of reclamation gave back (CODE-4, QUEUE-4: the wrapper
+    counts the asks; a round that frees nothing shows no call). *)
 
 type phase = Start | Return of string | Raise of string
 
@@ -22,7 +24,7 @@ type event = {
   seq : int;          (** order of the event in the run *)
   thread : int;       (** Thread.id of the caller *)
   device : string;    (** the device's name and open number, e.g. "fake0#2" *)
-  fn : string;        (** the driver function, or "room"/"submit"/"commit", or "user:..." *)
+  fn : string;        (** the driver function, or "room"/"submit"/"commit" *)
   counted : bool;     (** whether the document counts this call *)
   phase : phase;
 }
