@@ -93,40 +93,34 @@ static void note_left(void) {
   left_known = 1;
 }
 
-/* Signals no mask holds (SIGKILL, SIGSTOP, the C library's own), found once
- * by blocking every signal for a moment: with them, the mask a primitive
- * sets is known without reading it back, a system call less at each of
- * them (a quarter of a certification's system calls). */
-static sigset_t never_blocked;
-static pthread_once_t never_blocked_found = PTHREAD_ONCE_INIT;
+/* The signals a mask can hold (all but SIGKILL, SIGSTOP and the C
+ * library's own), found once by blocking every signal for a moment: with
+ * them, the mask a primitive sets is known without reading it back, a
+ * system call less at each of them. */
+static sigset_t blockable;
+static pthread_once_t blockable_found = PTHREAD_ONCE_INIT;
 
-static void find_never_blocked(void) {
-  sigset_t all, prev, held;
+static void find_blockable(void) {
+  sigset_t all, prev;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &prev);
-  sigemptyset(&held);
-  pthread_sigmask(SIG_SETMASK, &prev, &held);
-  sigemptyset(&never_blocked);
-  for (int s = 1; s < NSIG; s++)
-    if (!sigismember(&held, s)) sigaddset(&never_blocked, s);
+  sigemptyset(&blockable); /* the kernel fills only the signals it has */
+  pthread_sigmask(SIG_SETMASK, &prev, &blockable);
 }
 
 /* The primitive just set the mask to [m]: the thread holds [m] but for
- * the signals no mask holds. */
+ * the signals no mask holds (and [m]'s bits past the kernel's, which a
+ * mask read back from it leaves as they were). */
 static void left_set(const sigset_t *m) {
-  pthread_once(&never_blocked_found, find_never_blocked);
-  sigemptyset(&left_mask);
-  for (int s = 1; s < NSIG; s++)
-    if (sigismember(m, s) && !sigismember(&never_blocked, s)) sigaddset(&left_mask, s);
+  pthread_once(&blockable_found, find_blockable);
+  sigandset(&left_mask, m, &blockable);
   left_known = 1;
 }
 
 /* The primitive just blocked [set] on top of [prev]. */
 static void left_added(const sigset_t *prev, const sigset_t *set) {
   sigset_t both;
-  sigemptyset(&both);
-  for (int s = 1; s < NSIG; s++)
-    if (sigismember(prev, s) || sigismember(set, s)) sigaddset(&both, s);
+  sigorset(&both, prev, set);
   left_set(&both);
 }
 
