@@ -179,16 +179,18 @@ let read_whole path =
 (* The certifier's children, orphans re-parented to it included: each of its
    threads' /proc children list, a few files instead of every process's
    stat each time a child ends (hundreds of files under a busy test suite).
-   [None] on a kernel without those lists (CONFIG_PROC_CHILDREN). *)
+   [None] on a kernel without those lists (CONFIG_PROC_CHILDREN), or when
+   one could not be read (a signal meanwhile): then every process is read. *)
 let own_children me =
   let pids path = List.filter_map int_of_string_opt (String.split_on_char ' ' (String.trim (read_whole path))) in
   let of_task t = Printf.sprintf "/proc/self/task/%s/children" t in
-  match pids (of_task (string_of_int me)) with
+  (* A thread that ended meanwhile has no list, and no children. *)
+  let of_other t =
+    if t = string_of_int me then [] else try pids (of_task t) with Unix.Unix_error ((Unix.ENOENT | Unix.ESRCH), _, _) -> []
+  in
+  match pids (of_task (string_of_int me)) @ List.concat_map of_other (Array.to_list (Sys.readdir "/proc/self/task")) with
+  | all -> Some all
   | exception (Unix.Unix_error _ | Sys_error _) -> None
-  | main_thread's ->
-      let others = try Array.to_list (Sys.readdir "/proc/self/task") with Sys_error _ -> [] in
-      let other t = if t = string_of_int me then [] else try pids (of_task t) with Unix.Unix_error _ | Sys_error _ -> [] in
-      Some (main_thread's @ List.concat_map other others)
 
 (* Children of [me], with their process groups. *)
 let children me =
