@@ -55,6 +55,15 @@ def test_conforming(clause, case):
 # record naming the clause.
 NEVER_RETURNS = {"prepare-c-lock-uncounted"}
 
+# Mutants whose check measures time and that the suite's load (8 workers on
+# 2 cores) can hide in one run: run up to 3 times, caught when one run
+# flags exactly the clause.  sleep-keeps-runtime-late keeps the runtime for
+# half of each sleep only; under that load the other thread's rate outside
+# the sleeps falls near its rate inside them, and the probe's measures voted
+# "released" once in a rehearsal of .ci/run (selftest at 20 seeds, run just
+# before, caught it on every seed).
+LOAD_SENSITIVE = {"sleep-keeps-runtime-late"}
+
 
 def test_mutant_caught(mutant, clause, side, tmp_path):
     if mutant in NEVER_RETURNS:
@@ -67,17 +76,21 @@ def test_mutant_caught(mutant, clause, side, tmp_path):
     case, inject = UNDER_FAULT.get(mutant, (None, None))
     cases = [case] if case else cases_of_clause(clause)
     assert cases, f"mutant {mutant} breaks {clause}, which no case checks"
-    union = set()
     report = []
-    for case in cases:
-        code, flagged, lines = run_case(case, 1, mutant, inject)
-        where = f"run --case {case} --seed 1 --mutant {mutant}" + (f" --inject {inject}" if inject else "")
-        report.append(f"{where}: exit {code}\n{_show(lines)}")
-        ran = [l for l in lines if not l.startswith("stderr: ")]
-        assert ran and (ran[-1] == "DONE" or ran[-1].startswith("HUNG\t")), f"{where}: no final DONE (or HUNG):\n{_show(lines)}"
-        assert not any(l.startswith("ERROR") for l in lines), f"{where}: ERROR:\n{_show(lines)}"
-        assert code == (1 if flagged else 0), f"{where}: exit {code} with findings {sorted(flagged)}"
-        union |= flagged
+    for _ in range(3 if mutant in LOAD_SENSITIVE else 1):
+        union = set()
+        for case in cases:
+            code, flagged, lines = run_case(case, 1, mutant, inject)
+            where = f"run --case {case} --seed 1 --mutant {mutant}" + (f" --inject {inject}" if inject else "")
+            report.append(f"{where}: exit {code}\n{_show(lines)}")
+            ran = [l for l in lines if not l.startswith("stderr: ")]
+            assert ran and (ran[-1] == "DONE" or ran[-1].startswith("HUNG\t")), f"{where}: no final DONE (or HUNG):\n{_show(lines)}"
+            assert not any(l.startswith("ERROR") for l in lines), f"{where}: ERROR:\n{_show(lines)}"
+            assert code == (1 if flagged else 0), f"{where}: exit {code} with findings {sorted(flagged)}"
+            union |= flagged
+        assert union <= {clause}, f"{side}-side mutant {mutant} flagged {sorted(union)}:\n" + "\n".join(report)
+        if union == {clause}:
+            break
     assert union == {clause}, (
         f"{side}-side mutant {mutant} should be flagged with exactly {{{clause}}}, "
         f"got {sorted(union)}:\n" + "\n".join(report)
