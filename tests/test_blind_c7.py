@@ -56,6 +56,17 @@ BROKEN = {
 # stays; the mark comes off once the certifier catches it.
 MISSED = {}
 
+UNSTABLE = {
+    # Its bug shows only while a first prepare's helper (50-300 ms) is still
+    # compiling when the second prepare comes, on another thread
+    # (probe.CODE-7.prepare-started): found in 4 of 4 certifications on an
+    # idle machine; under the suite's load (a rehearsal of 2bc3563) the
+    # second came late, that case judged nothing, and CODE-7 passed on the
+    # other two cases ("no violation in 2 run(s) of probe.CODE-7.prepare-idle,
+    # probe.CODE-7.prepare-raises").
+    "c7-finished-only": "CODE-7 pass under load once: the second prepare came after the first one's helper had finished",
+}
+
 # No conforming driver's verdict differs from hostmem's.
 CONFORMING = {
     "c7-ok-slow-async": {},
@@ -67,7 +78,7 @@ CONFORMING = {
 }
 
 
-@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
+@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED, UNSTABLE))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     assert_fails_exactly(BLINDC7, driver, {BROKEN[driver]}, tmp_path)
 
