@@ -312,31 +312,24 @@ module Make (D : Rig_edge.Driver) = struct
   (* LOCK-2: asked on a thread that holds a counted lock, a call of rig's
      raises Invalid_argument as it starts, so with no driver call before. *)
   let refused_in_lock act ~held ~from f =
-    let mine () = locked (fun () -> List.filter (fun e -> e.seq > from && e.thread = self () && e.phase = Start) !trace) in
     let ts = locked tstate in
     let outer = ts.refused_at in
     ts.refused_at <- held;
-    match Fun.protect ~finally:(fun () -> ts.refused_at <- outer) f with
-    | v ->
-        let calls = mine () in
-        locked (fun () ->
-            violate "LOCK-2" (List.rev calls) "rig's %s, asked on a thread holding %d counted lock(s), returned instead of raising Invalid_argument"
-              (act_name act) held);
-        v
-    | exception (Invalid_argument _ as x) ->
-        let calls = mine () in
-        if calls <> [] then
-          locked (fun () ->
-              violate "LOCK-2" (List.rev calls) "rig's %s, asked on a thread holding %d counted lock(s), raised Invalid_argument only after %d driver call(s)"
-                (act_name act) held (List.length calls));
-        raise x
-    | exception (Abandoned _ as x) -> raise x
-    | exception x ->
-        let calls = mine () in
-        locked (fun () ->
-            violate "LOCK-2" (List.rev calls) "rig's %s, asked on a thread holding %d counted lock(s), raised %s, not Invalid_argument"
-              (act_name act) held (Printexc.to_string x));
-        raise x
+    let outcome = match Fun.protect ~finally:(fun () -> ts.refused_at <- outer) f with v -> Ok v | exception x -> Error x in
+    locked (fun () ->
+        let calls = List.rev (List.filter (fun e -> e.seq > from && e.thread = self () && e.phase = Start) !trace) in
+        let broke =
+          match outcome with
+          | Ok _ -> Some "returned instead of raising Invalid_argument"
+          | Error (Invalid_argument _) when calls <> [] ->
+              Some (Printf.sprintf "raised Invalid_argument only after %d driver call(s)" (List.length calls))
+          | Error (Invalid_argument _ | Abandoned _) -> None
+          | Error x -> Some (Printf.sprintf "raised %s, not Invalid_argument" (Printexc.to_string x))
+        in
+        Option.iter
+          (violate "LOCK-2" calls "rig's %s, asked on a thread holding %d counted lock(s), %s" (act_name act) held)
+          broke);
+    match outcome with Ok v -> v | Error x -> raise x
 
   let user act f =
     let me = (self (), act) in
