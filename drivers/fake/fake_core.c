@@ -1012,8 +1012,9 @@ static int abort_part(const struct fake_dev *d) {
 
 /* A Fill larger than this runs in chunks of it, the lock given back around
  * each, so that stop can come while it runs and cut it short (STOP-2, and
- * STOP-3: the last value only once it runs no more). */
-#define FAKE_FILL_CHUNK ((uint64_t)1 << 24)
+ * STOP-3: the last value only once it runs no more).  Small enough that
+ * probe.STOP-3.fill-running's first Fill (8 MiB) has several. */
+#define FAKE_FILL_CHUNK ((uint64_t)1 << 20)
 
 static void do_fill(struct fake_dev *d, uint64_t h, uint64_t off, uint64_t len, uint64_t byte) {
   struct fake_region *r = table_find(d, h);

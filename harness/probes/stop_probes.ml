@@ -185,9 +185,10 @@ let stop3_value_after_work (module P : Package) ~seed =
    written. A try in
    which the Fill was over before stop could be called is made again with
    one twice as large (8 to 256 MiB: on hostmem an 8-MiB Fill runs for
-   some 40 ms, mostly the kernel's first touch of its pages, where the
-   64 MiB the probe started with cost 0.3 s of CPU). *)
-let fill_tries = 4
+   some 40 ms, mostly the kernel's first touch of its pages, and the first
+   touch of the 32 MiB the probe started with was a fifth of a hostmem
+   certification's page faults). *)
+let fill_tries = 6
 
 let stop3_fill_running (module P : Package) ~seed =
   let module K = Kit (P) in
@@ -240,7 +241,7 @@ let stop3_fill_running (module P : Package) ~seed =
       (* with a Fill behind it, the last value; then with the running
          Fill's own submission the last (a driver may take an empty queue
          for no work running) *)
-      List.iter (fun behind -> attempt ~behind (32 * mib) fill_tries) [ true; false ])
+      List.iter (fun behind -> attempt ~behind (8 * mib) fill_tries) [ true; false ])
 
 (* STOP-3, "also when that submit failed": with no work running, a submit
    of a launch of kit_more's refused_launch fails, and stop must still
