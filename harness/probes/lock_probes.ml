@@ -397,8 +397,10 @@ module Probe (Pk : Rig_edge.Package) = struct
      runnable, for a CPU (/proc/<pid>/task/<tid>/schedstat); the rest of
      the wall time the thread slept, and the counter sleeps only in its
      naps, which it notes, and while it waits for the runtime.  (A nap's
-     note ends once the thread runs again, so a wait for a CPU at its end
-     is taken off twice: that can only hide a kept runtime.)  The counter
+     note ends once the thread runs again: a nap counts as long as it was
+     asked at most, since a wait for a CPU at its end is queued time, taken
+     off already.  Taken off twice, it hid on a loaded machine a runtime
+     kept half of each sleep.)  The counter
      used to spin on Thread.yield instead, at the cost of a CPU for the
      whole probe: 0.8 s of a certification's 4.  What other threads of
      the process (the driver's helpers, the runtime's tick) ran or waited
@@ -656,7 +658,7 @@ module Probe (Pk : Rig_edge.Package) = struct
           while Atomic.get running do
             nap nap_us span;
             let t = now_ms () and began = Float.Array.get span 0 and ended = Float.Array.get span 1 in
-            Atomic.set naps ((began, ended) :: Atomic.get naps);
+            Atomic.set naps ((began, Float.min ended (began +. (float nap_us /. 1000.))) :: Atomic.get naps);
             if t -. ended >= pause_note_ms then Atomic.set pauses ((ended, t) :: Atomic.get pauses);
             Atomic.incr turns
           done)
