@@ -74,6 +74,10 @@ MISSED: dict = {}
 # one makes f: caught at seeds 1-4 alone, missed once under the whole
 # suite's load (a CI rehearsal).
 UNSTABLE = {
+    # Missed once under the suite's load too (the rehearsal of 26f2123: "no
+    # violation in 3 run(s) of probe.CODE-7.prepare-idle, prepare-raises,
+    # prepare-started"); caught 3 of 3 beside 5 certifications on 2 cores.
+    "rf-ok-sync-fallback": "CODE-7 pass under the suite's load once",
     "rf-ok-burst-worker": "CODE-7 pass under load once: no violation in 3 run(s) of probe.CODE-7.prepare-idle, prepare-raises, prepare-started",
     # Its CODE-6 (an entry that waits for good on a stale mark) is caught
     # every time; its CODE-7 was missed once under the suite's load (the
