@@ -90,6 +90,21 @@ def test_broken_fails_exactly_its_clause(driver, tmp_path):
     assert_fails_exactly(BLINDMC, driver, BROKEN[driver], tmp_path)
 
 
-@pytest.mark.parametrize("driver", sorted(CONFORMING))
+# Conforming drivers the certifier judges right in some runs only (xfail, not
+# strict).  mc-ok-sleep-tick (each sleep call waits 5 ms at most) failed
+# SIG-3 once in the rehearsal of 67e1c6c, with more load beside it than the
+# suite's own (a helper's certifications, a second pytest): "another OCaml
+# thread waited for the runtime 37 ms of one 72-ms sleep of still_ms 100".
+# A call of 5 ms that lasted 72: the sleeper, its wait over, held the
+# runtime while it waited for a CPU, which the probe's held time counts.
+# Taking the sleeper's queued time off would hide a step that spins with the
+# runtime kept (a spinning thread waits for a CPU too), so it stays for the
+# next stop.  5 of 5 clean beside the rehearsal and 4 certifications.
+UNSTABLE = {
+    "mc-ok-sleep-tick": "SIG-3 failed once under more than the suite's load",
+}
+
+
+@pytest.mark.parametrize("driver", params(sorted(CONFORMING), {}, UNSTABLE))
 def test_conforming_gets_hostmems_verdicts(driver, hostmem, tmp_path):  # noqa: F811
     assert_verdicts_as(BLINDMC, driver, hostmem, CONFORMING[driver], tmp_path)
