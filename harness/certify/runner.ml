@@ -468,11 +468,11 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
      most at once, while the last look at the cores found half of them
      idle (each ends within a look or two: no look of its own), their
      cores counted as theirs in that look.  On a machine busy with other
-     work, none: there, every child more starves the others' timings
-     (three SIG-3 blind drivers passed in the suite when they ran at any
-     load).  Else the
-     short ones all ran last, [parallel] at a time, with nothing left to
-     wait beside them: hostmem's certification at -j 2 took 8 s, now 5.6. *)
+     work, none: there every child more starves the others' timings (run
+     at any load, they crowded the suite's certifications, and four SIG-3
+     blind drivers passed).  Before, the short ones all ran last,
+     [parallel] at a time, with nothing left to wait beside them:
+     hostmem's certification at -j 2 took 8 s, now 5.6. *)
   let short b = batch_cost b < short_run_seconds in
   let shorts_running () = List.length (List.filter (fun r -> short r.rjobs) !running) in
   let take_short () =
