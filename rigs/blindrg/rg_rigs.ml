@@ -208,8 +208,18 @@ let p_many_submits () =
   let d = opn d0 in
   let i = req "load" (fun () -> load d kit.binary) in
   let e = req "entry" (fun () -> entry d i spin_f) in
-  let v = ref 0 in
-  for _ = 1 to 40 do v := req "submit" (fun () -> submit d [ launch e [ 1 ] ]) done;
+  (* The queue must grow for the rigs to show their growth: a first launch
+     keeps the device busy while the others fill its 64 slots, and the
+     program goes on until a grow was asked, so that a loaded machine, whose
+     device may drain as fast as this thread submits, still sees one. *)
+  let grew () = List.exists (fun (ev : Validate.event) -> ev.fn = "grow") (V.events ()) in
+  let v = ref (req "submit" (fun () -> submit d [ launch e [ 300 ] ])) in
+  let n = ref 1 in
+  while !n < 40 || (not (grew ()) && !n < 2000) do
+    v := req "submit" (fun () -> submit d [ launch e [ 1 ] ]);
+    incr n
+  done;
+  if not (grew ()) then failwith "the queue never grew in 2000 submissions";
   req "wait" (fun () -> wait d !v);
   cls d0
 
