@@ -46,7 +46,7 @@ type answer =
   | Submit_failed of { value : int; why : string }
   | Reached of int
   | Timed_out of int
-  | Slept of { ms : float; concurrent : bool }
+  | Slept of { ms : float; cpu_wait_ms : float; concurrent : bool }
   | Word of int
   | Bool of bool
   | Closed of { idle : bool; stop_ms : float; word_after_stop : int; settled : int option; late : int option }
@@ -266,6 +266,14 @@ let phase_ok st = function
    asked twice more and the shortest counts, so the noise must strike three
    times in a row), or half of still_ms when that is more (a sleep that
    waits twice its still_ms is seen once still_ms passes 400 ms). *)
+(* A sleep's time, less what its thread waited for a CPU. *)
+let slept_ms = function Slept { ms; cpu_wait_ms; _ } -> ms -. cpu_wait_ms | _ -> 0.
+
+let show_slept = function
+  | Slept { ms; cpu_wait_ms; _ } when cpu_wait_ms >= 1. -> spf "%.0f ms (%.0f of them waiting for a CPU)" ms cpu_wait_ms
+  | Slept { ms; _ } -> spf "%.0f ms" ms
+  | _ -> "-"
+
 let sleep_bound_ms still_ms = float_of_int still_ms +. Float.max 400. (float_of_int still_ms /. 2.)
 
 (* Past it, a sleep on a value the word does not read did not return at once. *)
@@ -410,8 +418,8 @@ let next_state st { id; cmd } answer =
   | Wait { dev; _ }, Faulted _ -> fault st dev
   | Wait { dev; _ }, a -> lost_on st dev a
   | Sleep { dev; _ }, Faulted _ -> fault st dev
-  | Sleep { dev; seen = Current; still_ms }, Slept { ms; concurrent = false } ->
-      if ms <= sleep_bound_ms still_ms then set_dev st dev (fun v -> { v with lone_sleep_ok = true }) else st
+  | Sleep { dev; seen = Current; still_ms }, (Slept { concurrent = false; _ } as a) ->
+      if slept_ms a <= sleep_bound_ms still_ms then set_dev st dev (fun v -> { v with lone_sleep_ok = true }) else st
   | Sleep _, _ -> st
   | Signaled d, Word w -> set_dev st d (fun v -> if v.last = 0 && v.first_word = None then { v with first_word = Some w } else v)
   | Signaled _, _ -> st
@@ -454,7 +462,10 @@ let string_of_answer = function
   | Submit_failed { value; why } -> spf "value %d, %s" value why
   | Reached w -> spf "word %d" w
   | Timed_out w -> spf "timed out, word %d" w
-  | Slept { ms; concurrent } -> spf "returned after %.0f ms%s" ms (if concurrent then " (a submit ran)" else "")
+  | Slept { ms; cpu_wait_ms; concurrent } ->
+      spf "returned after %.0f ms%s%s" ms
+        (if cpu_wait_ms >= 1. then spf " (%.0f of them waiting for a CPU)" cpu_wait_ms else "")
+        (if concurrent then " (a submit ran)" else "")
   | Word w -> string_of_int w
   | Bool b -> string_of_bool b
   | Closed { stop_ms; word_after_stop; settled; late; _ } ->
@@ -590,14 +601,14 @@ let postcond st { cmd; _ } answer =
       Some ("QUEUE-2", spf "room answered RIG_GROW again for the same submission after grow answered Grown (%d growth(s))" growths)
   | Sleep { dev = d; _ }, Slept { ms; _ } when (match dev d with Some v -> v.faulted | None -> false) ->
       Some ("TIME-5", spf "sleep returned after %.0f ms on a device that faulted: it must raise Fault" ms)
-  | Sleep { dev = d; seen = Other; still_ms }, Slept { ms; _ } when (not (faulting d)) && ms > other_bound_ms still_ms ->
-      Some ("TIME-3", spf "sleep with a seen the word does not read took %.0f ms (still_ms %d): it must return at once" ms still_ms)
-  | Sleep { dev = d; seen = Current; still_ms }, Slept { ms; concurrent } when ms > sleep_bound_ms still_ms ->
+  | Sleep { dev = d; seen = Other; still_ms }, (Slept _ as a) when (not (faulting d)) && slept_ms a > other_bound_ms still_ms ->
+      Some ("TIME-3", spf "sleep with a seen the word does not read took %s (still_ms %d): it must return at once" (show_slept a) still_ms)
+  | Sleep { dev = d; seen = Current; still_ms }, (Slept { concurrent; _ } as a) when slept_ms a > sleep_bound_ms still_ms ->
       let alone_ok = match dev d with Some v -> v.lone_sleep_ok | None -> false in
       if concurrent && alone_ok then
-        Some ("TIME-6", spf "sleep ~still_ms:%d returned after %.0f ms while a submit or commit of the device ran (alone it returns in time)" still_ms ms)
+        Some ("TIME-6", spf "sleep ~still_ms:%d returned after %s while a submit or commit of the device ran (alone it returns in time)" still_ms (show_slept a))
       else if concurrent then None
-      else Some ("TIME-4", spf "sleep ~still_ms:%d returned after %.0f ms" still_ms ms)
+      else Some ("TIME-4", spf "sleep ~still_ms:%d returned after %s" still_ms (show_slept a))
   | Signaled d, Word w -> (
       match dev d with
       | Some v ->

@@ -87,8 +87,11 @@ type answer =
   | Submit_failed of { value : int; why : string }
   | Reached of int  (** a wait: the word read at least the value *)
   | Timed_out of int  (** a wait that never got there: the word read *)
-  | Slept of { ms : float; concurrent : bool }
-      (** concurrent: a submit or commit of the device was in flight on
+  | Slept of { ms : float; cpu_wait_ms : float; concurrent : bool }
+      (** ms: how long the call took; cpu_wait_ms: of that, how long its
+          thread was runnable but waited for a CPU, which a loaded machine
+          adds and the driver cannot help (sleeps are judged on the rest);
+          concurrent: a submit or commit of the device was in flight on
           another thread while it slept *)
   | Word of int
   | Bool of bool
@@ -131,6 +134,10 @@ val judged : state -> step -> answer -> string list
 (** The longest a sleep on the word as it reads may take and be in time
     (TIME-4), and a sleep on a value it does not read (TIME-3). *)
 val sleep_bound_ms : int -> float
+
+(** A [Slept] answer's time, less what its thread waited for a CPU: what
+    the sleep bounds are held against. *)
+val slept_ms : answer -> float
 val other_bound_ms : int -> float
 
 (** What the executor needs from the state. *)

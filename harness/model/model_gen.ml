@@ -14,7 +14,7 @@ let presumed st { cmd; _ } =
   | Sleep { dev; _ } when faulting st dev -> Faulted "presumed"
   | Wait { sub; _ } -> Reached (Option.value (sub_value st sub) ~default:0)
   | Read _ -> Bytes { got = ""; host = None }
-  | Sleep _ -> Slept { ms = 0.; concurrent = false }
+  | Sleep _ -> Slept { ms = 0.; cpu_wait_ms = 0.; concurrent = false }
   | Signaled _ -> Word 0
   | Peer _ -> Bool false
   | Close _ -> Closed { idle = true; stop_ms = 0.; word_after_stop = 0; settled = Some 0; late = None }

@@ -303,8 +303,17 @@ module Kit (P : Package) = struct
 
   (* One call of sleep under the watchdog; outliving [bound_ms] abandons the
      case with a finding. *)
-  let sleep s dev ~seen ~still_ms ~bound_ms =
-    match watch ~ms:bound_ms (fun () -> m (fun () -> D.sleep dev.d ~seen ~still_ms)) with
+  let sleep ?took s dev ~seen ~still_ms ~bound_ms =
+    let queued () = match sched_ms () with Some (_, q) -> q | None -> 0. in
+    let call () =
+      let q0 = queued () and t0 = now () in
+      Fun.protect
+        ~finally:(fun () ->
+          let ms = (now () -. t0) *. 1000. in
+          Option.iter (fun r -> r := ms -. Float.max 0. (Float.min ms (queued () -. q0))) took)
+        (fun () -> m (fun () -> D.sleep dev.d ~seen ~still_ms))
+    in
+    match watch ~ms:bound_ms call with
     | Done () -> Returned
     | Raised (D.Fault why) ->
         if dev.lost = None then dev.lost <- Some why;
@@ -312,11 +321,13 @@ module Kit (P : Package) = struct
     | Raised e -> Other e
     | Late -> abandon s "%s: sleep ~seen:%d ~still_ms:%d did not return within %d ms" dev.oname seen still_ms bound_ms
 
-  (* [sleep], and how long it took, in milliseconds. *)
+  (* [sleep], and how long it took in milliseconds, less the time its
+     thread was runnable but waited for a CPU: a loaded machine's delay,
+     not the driver's. *)
   let timed_sleep s dev ~seen ~still_ms ~bound_ms =
-    let t0 = now () in
-    let outcome = sleep s dev ~seen ~still_ms ~bound_ms in
-    (outcome, (now () -. t0) *. 1000.)
+    let took = ref 0. in
+    let outcome = sleep ~took s dev ~seen ~still_ms ~bound_ms in
+    (outcome, !took)
 
   type waited = Reached | Timed_out of int | Fault_seen of string
 

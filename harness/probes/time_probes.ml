@@ -26,7 +26,7 @@ let time3_early_return (module P : Package) ~seed =
             | K.Returned | K.Faulted _ | K.Other _ ->
                 if ms > 1000. then begin
                   slow := true;
-                  K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms instead of returning at once" w seen ms
+                  K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms (less its waits for a CPU) instead of returning at once" w seen ms
                 end)
         [ w - 1; w + 1 + K.int s 5 ];
       (* "Immediately": a short wait before the check (to let completions
@@ -50,7 +50,7 @@ let time3_early_return (module P : Package) ~seed =
           let b = fastest () in
           if b > time3_floor_ms then
             K.flag s
-              "with the word at %d, sleep with seen other than %d never returned at once: the fastest of %d calls took %.0f ms, of %d more %.0f ms"
+              "with the word at %d, sleep with seen other than %d never returned at once: the fastest of %d calls took %.0f ms, of %d more %.0f ms (less their waits for a CPU)"
               w w time3_batch a time3_batch b
         end
       end)
@@ -78,7 +78,7 @@ let time4_bounded_sleep (module P : Package) ~seed =
           if ms > float_of_int (still + sleep_slack_ms) then
             late := true;
           if ms > float_of_int (still + sleep_slack_ms) then
-            K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms" w still ms;
+            K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms (less its waits for a CPU)" w still ms;
           match outcome with K.Faulted _ -> () | _ -> go (k - 1)
         end
       in
@@ -103,7 +103,7 @@ let time4_bounded_sleep (module P : Package) ~seed =
             match long () with
             | None -> ()
             | Some (_, still', ms') ->
-                K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms, and again ~still_ms:%d after %.0f ms"
+                K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms, and again ~still_ms:%d after %.0f ms (less their waits for a CPU)"
                   w still ms still' ms')
       end)
 
@@ -215,7 +215,7 @@ let time6_sleep_during_submit (module P : Package) ~seed =
           Atomic.set sleeping false;
           if during then Atomic.incr overlaps;
           if ms > float_of_int (still + sleep_slack_ms) then
-            K.flag s "sleep ~seen:%d ~still_ms:%d, called while another thread submitted and committed work, returned after %.0f ms"
+            K.flag s "sleep ~seen:%d ~still_ms:%d, called while another thread submitted and committed work, returned after %.0f ms (less its waits for a CPU)"
               w still ms;
           match outcome with K.Faulted _ | K.Other _ -> () | K.Returned -> sleeps ()
         end
