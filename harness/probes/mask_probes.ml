@@ -371,6 +371,13 @@ module Quiet (Pk : Rig_edge.Package) = struct
 
   let blocked_floor_ms = 150.
 
+  (* A call that slept this long is timed again (below).  Lower than the
+     floor: a driver whose calls wait for something its opens started (a
+     link probe, say) blocks for what is left of that, which the opens and
+     the calls before it eat into on a loaded machine; the calls timed
+     again come right after opens of their own. *)
+  let suspect_floor_ms = 50.
+
   (* ms this thread ran or waited for a CPU, so far *)
   let busy_ms () = Option.map (fun (ran, queued) -> ran +. queued) (Probes.sched_ms ())
 
@@ -472,7 +479,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
               Some (fun () -> Some (c_lock_finding what state where c_lock))
             else if P.holds () <> holds then
               Some (fun () -> Some (finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d" what state where (P.holds ()) holds))
-            else if slept >= blocked_floor_ms then
+            else if slept >= suspect_floor_ms then
               Some
                 (fun () ->
                   let confirmed = Float.max (try again () with _ -> 0.) (try again () with _ -> 0.) in

@@ -303,9 +303,10 @@ module Kit (P : Package) = struct
 
   (* One call of sleep under the watchdog; outliving [bound_ms] abandons the
      case with a finding. *)
-  let sleep ?took s dev ~seen ~still_ms ~bound_ms =
+  let sleep ?took ?(on_call = ignore) s dev ~seen ~still_ms ~bound_ms =
     let queued () = match sched_ms () with Some (_, q) -> q | None -> 0. in
     let call () =
+      on_call ();
       let q0 = queued () and t0 = now () in
       Fun.protect
         ~finally:(fun () ->

@@ -150,11 +150,13 @@ module Kit (P : Rig_edge.Package) : sig
 
   type slept = Returned | Faulted of string | Other of exn
 
-  (** [sleep ?took s dev ...]: one sleep under the watchdog.  [took]: how
-      long the call took on its thread, less the time that thread was
-      runnable but waited for a CPU (a loaded machine's delay, not the
-      driver's), in milliseconds. *)
-  val sleep : ?took:float ref -> session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept
+  (** [sleep ?took ?on_call s dev ...]: one sleep under the watchdog.
+      [took]: how long the call took on its thread, less the time that
+      thread was runnable but waited for a CPU (a loaded machine's delay,
+      not the driver's), in milliseconds.  [on_call] runs on the thread
+      that calls sleep, right before the call. *)
+  val sleep :
+    ?took:float ref -> ?on_call:(unit -> unit) -> session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept
 
   (** [sleep], and its [took]. *)
   val timed_sleep : session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept * float

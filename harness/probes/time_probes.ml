@@ -245,6 +245,18 @@ let time6_sleep_during_submit (module P : Package) ~seed =
    took most of still_ms longer than one alone. *)
 let time6_beside_ms = 1500
 
+(* Whether the thread of this process whose kernel id is [tid] is off a
+   CPU, waiting (state S or D in /proc/self/task/<tid>/stat). *)
+let thread_sleeps tid =
+  match In_channel.with_open_text (spf "/proc/self/task/%d/stat" tid) In_channel.input_line with
+  | Some l -> (
+      (* the state follows the command name's closing parenthesis *)
+      match String.rindex_opt l ')' with
+      | Some i when i + 2 < String.length l -> l.[i + 2] = 'S' || l.[i + 2] = 'D'
+      | _ -> false)
+  | None -> false
+  | exception Sys_error _ -> true
+
 let time6_submit_beside_sleep (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"TIME-6" ~seed (fun s ->
@@ -259,17 +271,28 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
       let alone = List.fold_left Float.min infinity (List.init 3 (fun _ -> submit_ms ())) in
       let one_try () =
         let w = P.D.signaled dev.d in
-        let slept_end = Atomic.make 0. and started = Atomic.make false in
+        let slept_end = Atomic.make 0. and sleeping_tid = Atomic.make None in
+        let on_call () = Atomic.set sleeping_tid (Some (Self_thread.gettid ())) in
         let sleeper =
           Thread.create
             (fun () ->
-              Atomic.set started true;
-              ignore (K.sleep s dev ~seen:w ~still_ms:time6_beside_ms ~bound_ms:(time6_beside_ms + 8000));
+              ignore (K.sleep ~on_call s dev ~seen:w ~still_ms:time6_beside_ms ~bound_ms:(time6_beside_ms + 8000));
               Atomic.set slept_end (now ()))
             ()
         in
-        while not (Atomic.get started) do Thread.yield () done;
-        (* into its wait: the sleep blocks for 1.5 s on a driver that sees no change *)
+        (* Into its wait: the sleep blocks for 1.5 s on a driver that sees
+           no change.  Its thread is about to call sleep, then off a CPU
+           (in the driver's wait: this thread leaves the runtime free), and
+           100 ms more pass; on a loaded machine a fixed delay from the
+           thread's start let the submit come before the sleep began. *)
+        let deadline = now () +. 2. in
+        let rec into_wait () =
+          match Atomic.get sleeping_tid with
+          | Some tid when thread_sleeps tid || now () > deadline -> ()
+          | _ when now () > deadline -> ()
+          | _ -> Thread.delay 0.002; into_wait ()
+        in
+        into_wait ();
         Thread.delay 0.1;
         let t0 = now () in
         let res = try K.submit dev [ K.fill_part r ~off:0 ~len:word ~byte:(K.byte s) ] with e -> Error (Printexc.to_string e) in
