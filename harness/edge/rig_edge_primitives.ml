@@ -23,6 +23,8 @@ external blocks_rig_set : unit -> bool = "caml_rig_blocks_rig_set" [@@noalloc]
 external activity : unit -> int = "caml_rig_activity" [@@noalloc]
 external masks : unit -> int = "caml_rig_masks" [@@noalloc]
 external waits : unit -> int = "caml_rig_waits" [@@noalloc]
+external account_queued_in_waits : bool -> unit = "caml_rig_account_queued_in_waits" [@@noalloc]
+external queued_in_waits : unit -> float = "caml_rig_queued_in_waits"
 external signal_at_wait : int -> unit = "caml_rig_signal_at_wait" [@@noalloc]
 
 let fault_signals = c_fault_signals ()

@@ -117,6 +117,17 @@ val masks : unit -> int
 (** How many waits the calling thread has entered so far. *)
 val waits : unit -> int
 
+(** [account_queued_in_waits true]: from now on, the calling thread's
+    waits note how long it was runnable but waited for a CPU inside them
+    (two reads of /proc/thread-self/schedstat per wait), until [false].
+    For the certifier's SIG-3 probe, which must not blame on a wait the
+    time its thread waited for a CPU outside it, holding the runtime as of
+    right.  Not for drivers. *)
+val account_queued_in_waits : bool -> unit
+
+(** The total noted so far on the calling thread, in ms. *)
+val queued_in_waits : unit -> float
+
 (** [signal_at_wait n] (n >= 1): the [n]-th wait the calling thread enters
     from now sends it SIGUSR2 as it unblocks signals, so that the signal's
     OCaml handler runs as the wait ends (ASYNC-1, ASYNC-2 at every wait);

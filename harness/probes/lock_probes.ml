@@ -561,14 +561,22 @@ module Probe (Pk : Rig_edge.Package) = struct
        hundreds of errors.  The moments between sleeps add a few us each. *)
     let first_mark = ref None and last_mark = ref None in
     let waits0 = P.waits () in
-    let rec sleeps ~calls ~blocked_ms ~unqueued ~inside ~windows ~helds =
-      if blocked_ms >= blocked_goal_ms || calls >= max_sleeps then (calls, blocked_ms, unqueued, inside, windows, helds)
+    (* [outside]: per sleep, the time the sleeping thread waited for a CPU
+       outside the sleep's waits, holding the runtime as of right (the
+       driver's OCaml code before and after its blocking steps): the
+       counter's wait for the runtime meanwhile is not the wait's doing.
+       What it waited for a CPU inside them stays counted: a step that
+       keeps the runtime keeps it queued too. *)
+    let rec sleeps ~calls ~blocked_ms ~unqueued ~inside ~windows ~helds ~outside =
+      if blocked_ms >= blocked_goal_ms || calls >= max_sleeps then (calls, blocked_ms, unqueued, inside, windows, helds, outside)
       else
         let still_ms = still_cycle.(calls mod Array.length still_cycle) in
         let before = Atomic.get turns and m0 = mark () in
         if !first_mark = None then first_mark := Some m0;
+        let in_waits0 = P.queued_in_waits () in
         match P.masked (fun () -> D.sleep d ~seen:w ~still_ms) with
         | () ->
+            let in_waits = P.queued_in_waits () -. in_waits0 in
             let m1 = mark () in
             last_mark := Some m1;
             let queued = match (m0.sleeper_queued, m1.sleeper_queued) with Some q0, Some q1 -> q1 -. q0 | _ -> 0. in
@@ -577,11 +585,14 @@ module Probe (Pk : Rig_edge.Package) = struct
               ~inside:(inside + Atomic.get turns - before)
               ~windows:((m0.at, m1.at, still_ms) :: windows)
               ~helds:((m0, m1) :: helds)
+              ~outside:(Float.max 0. (queued -. in_waits) :: outside)
         | exception e -> raise (Skip (spf "sleep on an idle device raised %s" (Printexc.to_string e)))
     in
     let r0, f0, h0 = free_wait blocked_goal_ms in
-    let calls, blocked_ms, unqueued, inside, windows, helds =
-      sleeps ~calls:0 ~blocked_ms:0. ~unqueued:[] ~inside:0 ~windows:[] ~helds:[]
+    let calls, blocked_ms, unqueued, inside, windows, helds, outside =
+      P.account_queued_in_waits true;
+      Fun.protect ~finally:(fun () -> P.account_queued_in_waits false) (fun () ->
+          sleeps ~calls:0 ~blocked_ms:0. ~unqueued:[] ~inside:0 ~windows:[] ~helds:[] ~outside:[])
     in
     let waits_entered = P.waits () - waits0 in
     let r1, f1, h1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
@@ -596,7 +607,12 @@ module Probe (Pk : Rig_edge.Package) = struct
     let held_in_sleeps =
       match (!first_mark, !last_mark) with Some a, Some b -> held_between a b | _ -> None
     in
-    let helds = List.map2 (fun (m0, m1) (_, _, still_ms) -> (held_between m0 m1, m1.at -. m0.at, still_ms)) helds windows in
+    let less_outside h o = Option.map (fun h -> Float.max 0. (h -. o)) h in
+    let held_in_sleeps = less_outside held_in_sleeps (List.fold_left ( +. ) 0. outside) in
+    let helds =
+      List.map2 (fun ((m0, m1), o) (_, _, still_ms) -> (less_outside (held_between m0 m1) o, m1.at -. m0.at, still_ms))
+        (List.combine helds outside) windows
+    in
     let h0 = (let m0, m1 = h0 in (held_between m0 m1, m1.at -. m0.at)) and h1 = (let m0, m1 = h1 in (held_between m0 m1, m1.at -. m0.at)) in
     (* Held time counts only where the counter stood still for a pause of
        its own (1 ms or more): a runtime handed to and fro between the
