@@ -166,12 +166,13 @@ module Make (P : Rig_edge.Package) = struct
     let cpu_wait_ms = Float.max 0. (Float.min ms (queued () -. q0)) in
     let concurrent = busy || Atomic.get q.inflight > 0 || Atomic.get q.started <> started in
     let this = Slept { ms; cpu_wait_ms; concurrent } in
-    let late = match what with Current -> slept_ms this > sleep_bound_ms still_ms | Other -> slept_ms this > other_bound_ms still_ms in
+    let late = match what with Current -> slept_ms this > sleep_bound_ms still_ms | Other -> ms > other_bound_ms still_ms in
     match r with
     | Ok () when late && tries > 1 -> (
         match sleep ~tries:(tries - 1) kd q ~seen:what ~still_ms with
         | Slept again as a ->
-            let shorter = if slept_ms a < slept_ms this then a else this in
+            let judged = match what with Current -> slept_ms | Other -> (function Slept { ms; _ } -> ms | _ -> 0.) in
+            let shorter = if judged a < judged this then a else this in
             (match shorter with
              | Slept s -> Slept { s with concurrent = concurrent && again.concurrent }
              | other -> other)

@@ -153,13 +153,15 @@ module Kit (P : Rig_edge.Package) : sig
   (** [sleep ?took ?on_call s dev ...]: one sleep under the watchdog.
       [took]: how long the call took on its thread, less the time that
       thread was runnable but waited for a CPU (a loaded machine's delay,
-      not the driver's), in milliseconds.  [on_call] runs on the thread
-      that calls sleep, right before the call. *)
+      not the driver's; 250 ms of it at most), in milliseconds.  [on_call]
+      runs on the thread that calls sleep, right before the call. *)
   val sleep :
     ?took:float ref -> ?on_call:(unit -> unit) -> session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept
 
-  (** [sleep], and its [took]. *)
-  val timed_sleep : session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept * float
+  (** [sleep], and how long it took in milliseconds: its [took] with
+      [less_cpu_wait] (TIME-4's bound), else the whole time. *)
+  val timed_sleep :
+    ?less_cpu_wait:bool -> session -> dev -> seen:int -> still_ms:int -> bound_ms:int -> slept * float
 
   type waited = Reached | Timed_out of int | Fault_seen of string
 

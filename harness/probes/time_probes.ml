@@ -26,7 +26,7 @@ let time3_early_return (module P : Package) ~seed =
             | K.Returned | K.Faulted _ | K.Other _ ->
                 if ms > 1000. then begin
                   slow := true;
-                  K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms (less its waits for a CPU) instead of returning at once" w seen ms
+                  K.flag s "with the word at %d, sleep ~seen:%d ~still_ms:2000 took %.0f ms instead of returning at once" w seen ms
                 end)
         [ w - 1; w + 1 + K.int s 5 ];
       (* "Immediately": a short wait before the check (to let completions
@@ -50,7 +50,7 @@ let time3_early_return (module P : Package) ~seed =
           let b = fastest () in
           if b > time3_floor_ms then
             K.flag s
-              "with the word at %d, sleep with seen other than %d never returned at once: the fastest of %d calls took %.0f ms, of %d more %.0f ms (less their waits for a CPU)"
+              "with the word at %d, sleep with seen other than %d never returned at once: the fastest of %d calls took %.0f ms, of %d more %.0f ms"
               w w time3_batch a time3_batch b
         end
       end)
@@ -74,11 +74,11 @@ let time4_bounded_sleep (module P : Package) ~seed =
         if k > 0 then begin
           let still = 30 + K.int s 70 in
           let w = P.D.signaled dev.d in
-          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
+          let outcome, ms = K.timed_sleep ~less_cpu_wait:true s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
           if ms > float_of_int (still + sleep_slack_ms) then
             late := true;
           if ms > float_of_int (still + sleep_slack_ms) then
-            K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms (less its waits for a CPU)" w still ms;
+            K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms (less its waits for a CPU, 250 ms at most)" w still ms;
           match outcome with K.Faulted _ -> () | _ -> go (k - 1)
         end
       in
@@ -92,7 +92,7 @@ let time4_bounded_sleep (module P : Package) ~seed =
         let long () =
           let still = 500 + K.int s 200 in
           let w = P.D.signaled dev.d in
-          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
+          let outcome, ms = K.timed_sleep ~less_cpu_wait:true s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
           match outcome with
           | K.Faulted _ -> None
           | _ -> if ms > 1.5 *. float_of_int still then Some (w, still, ms) else None
@@ -103,7 +103,7 @@ let time4_bounded_sleep (module P : Package) ~seed =
             match long () with
             | None -> ()
             | Some (_, still', ms') ->
-                K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms, and again ~still_ms:%d after %.0f ms (less their waits for a CPU)"
+                K.flag s "with work hanging, sleep ~seen:%d ~still_ms:%d returned after %.0f ms, and again ~still_ms:%d after %.0f ms (less their waits for a CPU, 250 ms at most each)"
                   w still ms still' ms')
       end)
 
@@ -169,7 +169,7 @@ let time6_sleep_during_submit (module P : Package) ~seed =
       let rounds = if held then 1 else 200 in
       (* A sleep too long with nothing else running is TIME-4's. *)
       let alone = 20 + K.int s 30 in
-      let _, ms = K.timed_sleep s dev ~seen:(P.D.signaled dev.d) ~still_ms:alone ~bound_ms:(alone + 8000) in
+      let _, ms = K.timed_sleep ~less_cpu_wait:true s dev ~seen:(P.D.signaled dev.d) ~still_ms:alone ~bound_ms:(alone + 8000) in
       if ms > float_of_int (alone + sleep_slack_ms) then
         raise (Skip (spf "sleep ~still_ms:%d took %.0f ms with no submit running (TIME-4's probe judges that)" alone ms));
       let alone_submits_work s =
@@ -211,11 +211,11 @@ let time6_sleep_during_submit (module P : Package) ~seed =
           let w = P.D.signaled dev.d in
           Atomic.set sleeping true;
           let during = Atomic.get submitting in
-          let outcome, ms = K.timed_sleep s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
+          let outcome, ms = K.timed_sleep ~less_cpu_wait:true s dev ~seen:w ~still_ms:still ~bound_ms:(still + 8000) in
           Atomic.set sleeping false;
           if during then Atomic.incr overlaps;
           if ms > float_of_int (still + sleep_slack_ms) then
-            K.flag s "sleep ~seen:%d ~still_ms:%d, called while another thread submitted and committed work, returned after %.0f ms (less its waits for a CPU)"
+            K.flag s "sleep ~seen:%d ~still_ms:%d, called while another thread submitted and committed work, returned after %.0f ms (less its waits for a CPU, 250 ms at most)"
               w still ms;
           match outcome with K.Faulted _ | K.Other _ -> () | K.Returned -> sleeps ()
         end
