@@ -60,6 +60,7 @@ SETS = [
     ("test_blind_a2", "BLINDA2"),
     ("test_blind_fn", "BLINDFN"),
     ("test_blind_s3d", "BLINDS3D"),
+    ("test_blind_tq", "BLINDTQ"),
 ]
 
 
