@@ -261,11 +261,6 @@ let phase_ok st = function
       let cells = List.concat_map (fun s -> List.filter (function `Cell _ -> true | _ -> false) (footprint st s)) steps in
       List.length (List.sort_uniq compare cells) = List.length cells
 
-(* How late a sleep on the word as it reads may return and still be in
-   time: still_ms, plus 400 ms of a loaded machine's noise (a late sleep is
-   asked twice more and the shortest counts, so the noise must strike three
-   times in a row), or half of still_ms when that is more (a sleep that
-   waits twice its still_ms is seen once still_ms passes 400 ms). *)
 (* A sleep's time, less what its thread waited for a CPU, 250 ms of it at
    most: enough for a loaded machine's late wake-up, not for a sleep that
    spins or yields far past its bound (half its time queued on a busy
@@ -278,6 +273,11 @@ let show_slept = function
   | Slept { ms; _ } -> spf "%.0f ms" ms
   | _ -> "-"
 
+(* How late a sleep on the word as it reads may return and still be in
+   time: still_ms, plus 400 ms of a loaded machine's noise (a late sleep is
+   asked twice more and the shortest counts, so the noise must strike three
+   times in a row), or half of still_ms when that is more (a sleep that
+   waits twice its still_ms is seen once still_ms passes 400 ms). *)
 let sleep_bound_ms still_ms = float_of_int still_ms +. Float.max 400. (float_of_int still_ms /. 2.)
 
 (* Past it, a sleep on a value the word does not read did not return at once. *)
@@ -466,10 +466,7 @@ let string_of_answer = function
   | Submit_failed { value; why } -> spf "value %d, %s" value why
   | Reached w -> spf "word %d" w
   | Timed_out w -> spf "timed out, word %d" w
-  | Slept { ms; cpu_wait_ms; concurrent } ->
-      spf "returned after %.0f ms%s%s" ms
-        (if cpu_wait_ms >= 1. then spf " (%.0f of them waiting for a CPU)" cpu_wait_ms else "")
-        (if concurrent then " (a submit ran)" else "")
+  | Slept { concurrent; _ } as a -> spf "returned after %s%s" (show_slept a) (if concurrent then " (a submit ran)" else "")
   | Word w -> string_of_int w
   | Bool b -> string_of_bool b
   | Closed { stop_ms; word_after_stop; settled; late; _ } ->

@@ -134,12 +134,12 @@ val judged : state -> step -> answer -> string list
 (** The longest a sleep on the word as it reads may take and be in time
     (TIME-4), and a sleep on a value it does not read (TIME-3). *)
 val sleep_bound_ms : int -> float
+val other_bound_ms : int -> float
 
 (** A [Slept] answer's time, less what its thread waited for a CPU (250 ms
     of it at most): what TIME-4's bound is held against (TIME-3's "at
     once" is held against the whole time). *)
 val slept_ms : answer -> float
-val other_bound_ms : int -> float
 
 (** What the executor needs from the state. *)
 val dev_last : state -> sym -> int

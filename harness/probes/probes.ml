@@ -301,12 +301,13 @@ module Kit (P : Package) = struct
 
   type slept = Returned | Faulted of string | Other of exn
 
-  (* One call of sleep under the watchdog; outliving [bound_ms] abandons the
-     case with a finding. *)
-  (* A loaded machine's late wake-up, not a sleep that spins or yields far
-     past its bound (half its time queued on a busy machine). *)
+  (* Of a sleep's wait for a CPU, what [took] takes off: a loaded machine's
+     late wake-up, not a sleep that spins or yields far past its bound
+     (half its time queued on a busy machine). *)
   let cpu_wait_credit_ms = 250.
 
+  (* One call of sleep under the watchdog; outliving [bound_ms] abandons the
+     case with a finding. *)
   let sleep ?took ?(on_call = ignore) s dev ~seen ~still_ms ~bound_ms =
     let queued () = match sched_ms () with Some (_, q) -> q | None -> 0. in
     let call () =
