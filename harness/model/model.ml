@@ -261,12 +261,7 @@ let phase_ok st = function
       let cells = List.concat_map (fun s -> List.filter (function `Cell _ -> true | _ -> false) (footprint st s)) steps in
       List.length (List.sort_uniq compare cells) = List.length cells
 
-(* A sleep's time, less what its thread waited for a CPU, 250 ms of it at
-   most: enough for a loaded machine's late wake-up, not for a sleep that
-   spins or yields far past its bound (half its time queued on a busy
-   machine, which the bound would otherwise not see). *)
-let cpu_wait_credit_ms = 250.
-let slept_ms = function Slept { ms; cpu_wait_ms; _ } -> ms -. Float.min cpu_wait_ms cpu_wait_credit_ms | _ -> 0.
+let slept_ms = function Slept { ms; cpu_wait_ms; _ } -> Probes.less_cpu_wait ~ms ~cpu_wait_ms | _ -> 0.
 
 let show_slept = function
   | Slept { ms; cpu_wait_ms; _ } when cpu_wait_ms >= 1. -> spf "%.0f ms (%.0f of them waiting for a CPU)" ms cpu_wait_ms

@@ -46,6 +46,14 @@ let sched_ms ?tid () =
   | None -> None
   | exception Sys_error _ -> None
 
+let queued_ms () = match sched_ms () with Some (_, q) -> q | None -> 0.
+
+(* Of a sleep's wait for a CPU, what is taken off its time: a loaded
+   machine's late wake-up, not a sleep that spins or yields far past its
+   bound (half its time queued on a busy machine). *)
+let cpu_wait_credit_ms = 250.
+let less_cpu_wait ~ms ~cpu_wait_ms = ms -. Float.max 0. (Float.min cpu_wait_credit_ms (Float.min ms cpu_wait_ms))
+
 let word_reaches ~signaled ~last ~ms =
   let reached () = match signaled () with w -> w >= last | exception _ -> false in
   let rec await k = reached () || (k > 0 && (Thread.delay 0.002; await (k - 1))) in
@@ -301,22 +309,15 @@ module Kit (P : Package) = struct
 
   type slept = Returned | Faulted of string | Other of exn
 
-  (* Of a sleep's wait for a CPU, what [took] takes off: a loaded machine's
-     late wake-up, not a sleep that spins or yields far past its bound
-     (half its time queued on a busy machine). *)
-  let cpu_wait_credit_ms = 250.
-
   (* One call of sleep under the watchdog; outliving [bound_ms] abandons the
      case with a finding. *)
   let sleep ?took ?(on_call = ignore) s dev ~seen ~still_ms ~bound_ms =
-    let queued () = match sched_ms () with Some (_, q) -> q | None -> 0. in
     let call () =
       on_call ();
-      let q0 = queued () and t0 = now () in
+      let q0 = queued_ms () and t0 = now () in
       Fun.protect
         ~finally:(fun () ->
-          let ms = (now () -. t0) *. 1000. in
-          Option.iter (fun r -> r := ms -. Float.max 0. (Float.min cpu_wait_credit_ms (Float.min ms (queued () -. q0)))) took)
+          Option.iter (fun r -> r := less_cpu_wait ~ms:((now () -. t0) *. 1000.) ~cpu_wait_ms:(queued_ms () -. q0)) took)
         (fun () -> m (fun () -> D.sleep dev.d ~seen ~still_ms))
     in
     match watch ~ms:bound_ms call with

@@ -57,6 +57,16 @@ val has_room : room:(unit -> Rig_edge.room) -> grow:(unit -> Rig_edge.grow_answe
     thread without [tid]); None where they cannot be read. *)
 val sched_ms : ?tid:int -> unit -> (float * float) option
 
+(** The ms the calling thread waited for a CPU so far (0 where it cannot be
+    read). *)
+val queued_ms : unit -> float
+
+(** [less_cpu_wait ~ms ~cpu_wait_ms]: a sleep's [ms] less the part of it
+    its thread waited for a CPU, 250 ms of that at most: a loaded machine's
+    late wake-up is taken off, not a sleep that spins or yields far past
+    its bound (TIME-4 and TIME-6 are judged on it). *)
+val less_cpu_wait : ms:float -> cpu_wait_ms:float -> float
+
 (** [word_reaches ~signaled ~last ~ms]: whether [signaled ()] reads [last]
     or more within about [ms] milliseconds (read every 2 ms), as a probe
     waits after stop before it frees.  A read that raises counts as not

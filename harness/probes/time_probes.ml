@@ -288,8 +288,8 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
         let deadline = now () +. 2. in
         let rec into_wait () =
           match Atomic.get sleeping_tid with
-          | Some tid when thread_sleeps tid || now () > deadline -> ()
           | _ when now () > deadline -> ()
+          | Some tid when thread_sleeps tid -> ()
           | _ -> Thread.delay 0.002; into_wait ()
         in
         into_wait ();
