@@ -223,20 +223,41 @@ def test_a_batch_run_prints_each_point_after_its_point_line():
     assert all("DONE" in segment(k) for k in range(3))
 
 
-def test_findings_of_runs_beside_more_than_j_are_run_again_alone(tmp_path):
+def crowded_and_alone(tmp_path, plugin_set, driver, only):
+    """A certification of a broken driver at -j 1 with every run crowded
+    (RIG_CONFORM_CROWD=always), then one that never runs more than -j: both
+    must fail."""
+    plugin = ROOT / "_build" / "default" / "drivers" / plugin_set / f"{plugin_set}.cmxs"
+    args = ["--plugin", str(plugin), "--driver", driver, "--only", only, "-j", "1"]
+    crowded = certify(tmp_path, "crowded", *args, env={**os.environ, "RIG_CONFORM_CROWD": "always"})
+    alone = certify(tmp_path, "alone", *args, env={**os.environ, "RIG_CONFORM_OVERCOMMIT": "1"})
+    assert crowded[0].returncode == alone[0].returncode == 1, crowded[0].stdout[-2000:]
+    return crowded, alone
+
+
+def test_timings_found_by_runs_beside_more_than_j_are_run_again_alone(tmp_path):
     # Beyond -j, children start while the cores idle; a run that had more
-    # beside it than -j and found something runs again at the end with no
+    # beside it than -j and found a timing runs again at the end with no
     # more beside it, and that run's verdict stands.  RIG_CONFORM_CROWD=always
-    # crowds every run, idle cores or not.  The driver: a blind one that
-    # takes a lock in signaled (LOCK-5).
-    plugin = ROOT / "_build" / "default" / "drivers" / "blindset" / "blindset.cmxs"
-    only = ["--plugin", str(plugin), "--driver", "bs-signaled-trylock", "--only", "LOCK-*", "-j", "1"]
-    crowded_proc, crowded = certify(tmp_path, "crowded", *only, env={**os.environ, "RIG_CONFORM_CROWD": "always"})
-    alone_proc, alone = certify(tmp_path, "alone", *only, env={**os.environ, "RIG_CONFORM_OVERCOMMIT": "1"})
-    assert crowded_proc.returncode == alone_proc.returncode == 1, crowded_proc.stdout[-2000:]
+    # crowds every run, idle cores or not.  The driver: a blind one whose
+    # peer sleeps 250 ms (LOCK-6, judged on the time it slept).
+    (crowded_proc, crowded), (alone_proc, alone) = crowded_and_alone(tmp_path, "blindlk", "lk-peer-waits-link", "LOCK-6")
     again = [l for l in crowded_proc.stderr.splitlines() if "found something and ran again" in l]
     assert len(again) == 1 and " 0 found it again" not in again[0], crowded_proc.stderr
     assert "ran again" not in alone_proc.stderr
+    assert verdicts_of(crowded) == verdicts_of(alone)
+    assert verdicts_of(crowded)["LOCK-6"] == "fail"
+    assert runs_of(crowded) == runs_of(alone)
+
+
+def test_values_found_by_runs_beside_more_than_j_stand_as_found(tmp_path):
+    # A finding that is no timing (here a lock that signaled takes, counted
+    # by the edge: LOCK-5) no load makes a conforming driver show: the
+    # crowded run's verdict stands, with no second run (a bug that shows at
+    # some runs only would be lost to one).
+    (crowded_proc, crowded), (alone_proc, alone) = crowded_and_alone(tmp_path, "blindset", "bs-signaled-trylock", "LOCK-*")
+    assert "ran again" not in crowded_proc.stderr, crowded_proc.stderr
+    assert "found only values a driver showed, not timings" in crowded_proc.stderr, crowded_proc.stderr
     assert verdicts_of(crowded) == verdicts_of(alone)
     assert verdicts_of(crowded)["LOCK-5"] == "fail"
     assert runs_of(crowded) == runs_of(alone)

@@ -3,8 +3,13 @@
     scenario through the validation layer).  The certifier runs each case in
     a child process, per seed, and turns the findings into verdicts. *)
 
-(** A violation of one clause, with the evidence that shows it. *)
-type finding = { clause : string; detail : string }
+(** A violation of one clause, with the evidence that shows it.  [timing]:
+    whether the finding may rest on how long something took (a bound, a
+    deadline, a poll that gave up); a run starved of its CPU by the runner's
+    own crowd may show such a finding on a conforming driver, so the
+    runner runs it again alone and that run decides.  A finding that is
+    not a timing (a value read, a lock count, a mask) stands as found. *)
+type finding = { clause : string; detail : string; timing : bool }
 
 type result =
   | Ran of finding list          (** no finding: the case's clauses held in this run *)
@@ -16,8 +21,14 @@ type t = {
   run : (module Rig_edge.Package) -> seed:int -> result;
 }
 
-(** [finding clause fmt] builds a finding with a formatted detail. *)
+(** [finding clause fmt] builds a finding with a formatted detail: a
+    timing, unless shown otherwise (see [value_finding]). *)
 val finding : string -> ('a, unit, string, finding) format4 -> 'a
+
+(** [value_finding clause fmt]: a finding that no load can make a conforming
+    driver show (a value it wrote or answered, read with no deadline in
+    play), which a crowded run keeps (see [finding]'s [timing]). *)
+val value_finding : string -> ('a, unit, string, finding) format4 -> 'a
 
 (** [expect acc clause cond fmt]: when [cond] is false, adds the finding to
     [acc]. *)

@@ -1,5 +1,6 @@
 (* Child processes for cases; see runner.mli.  The child writes its outcome
-   on its channel as records "FINDING\tclause\tdetail", "NA\treason",
+   on its channel as records "FINDING\tclause\tdetail" (then "\tvalue" for a
+   finding that is not a timing), "NA\treason",
    "ERROR\ttext", "CALLS\tfn\tn", "TRACED\tfn\tn", "UNJUDGED\tclause\twhy", then "DONE\tn" (n: the records before it);
    a batch writes "POINT\tinjection" before each point's records.  A child
    that ends without a DONE whose count matches crashed. *)
@@ -60,6 +61,9 @@ let shell_word w =
 let replay j = String.concat " " (List.map shell_word (program () :: run_args j))
 let clean s = String.map (function '\n' | '\t' -> ' ' | c -> c) s
 
+(* A FINDING record's last field when the finding is not a timing. *)
+let value_mark = "value"
+
 let child (drv : Drivers.t) j =
   let say fmt = Printf.ksprintf Channel.say fmt in
   Call_trace.reset_called ();
@@ -67,7 +71,10 @@ let child (drv : Drivers.t) j =
     try
       match (j.case.run (Call_trace.wrap drv.package) ~seed:j.seed : Case.result) with
       | Ran fs ->
-          List.iter (fun (f : Case.finding) -> say "FINDING\t%s\t%s" f.clause (clean f.detail)) fs;
+          List.iter
+            (fun (f : Case.finding) ->
+              say "FINDING\t%s\t%s%s" f.clause (clean f.detail) (if f.timing then "" else "\t" ^ value_mark))
+            fs;
           if fs = [] then 0 else 1
       | Not_applicable why -> say "NA\t%s" (clean why); 0
     with e -> say "ERROR\t%s" (clean (Printexc.to_string e)); 1
@@ -126,9 +133,11 @@ let findings_of j records =
     List.concat_map
       (fun l ->
         match fields l with
-        | [ "FINDING"; clause; detail ] -> [ { Case.clause; detail } ]
+        | [ "FINDING"; clause; detail ] -> [ { Case.clause; detail; timing = true } ]
+        | [ "FINDING"; clause; detail; mark ] when mark = value_mark -> [ { Case.clause; detail; timing = false } ]
         | [ "ERROR"; text ] ->
-            List.map (fun clause -> { Case.clause; detail = "the case raised " ^ text }) j.case.clauses
+            (* an exception may come of a deadline the case gave up at *)
+            List.map (fun clause -> { Case.clause; detail = "the case raised " ^ text; timing = true }) j.case.clauses
         | _ -> [])
       records
   in
@@ -209,6 +218,7 @@ type running = {
   mutable watched : float;  (* when its calls in flight were last looked at *)
   mutable crowded : bool;   (* more children than [parallel] ran beside it at some time *)
   quiet : bool;             (* a run again of a crowded run's findings *)
+  kept : Case.finding list; (* that crowded run's findings that are not timings: they stand *)
 }
 
 (* The functions the document bounds (sleep by still_ms, which rig keeps
@@ -268,7 +278,7 @@ let spawn_args args =
   Hashtbl.replace started_pids (Child_process.pid c) ();
   c
 
-let spawn ?(quiet = false) ~limit batch =
+let spawn ?(quiet = false) ?(kept = []) ~limit batch =
   let args =
     match batch with
     | [ (_, j) ] -> run_args j
@@ -282,7 +292,7 @@ let spawn ?(quiet = false) ~limit batch =
   let now = Unix.gettimeofday () in
   (* a batch's deadline moves with its points (advance_point) *)
   { rjobs = batch; child = spawn_args args; started = now; deadline = now +. point_limits.(0); limit; point_limits;
-    points_begun = 0; watched = now; crowded = false; quiet }
+    points_begun = 0; watched = now; crowded = false; quiet; kept }
 
 (* A batch is given each point's limit from the point's start, not the sum
    of its points' limits from its own: a point that never ends (rig looping
@@ -364,10 +374,22 @@ let overcommit =
   | Some v -> ( match int_of_string_opt v with Some n when n >= 1 -> n | _ -> 1)
   | None -> 8
 
-(* Findings of crowded runs run again: those that came again, those that did not. *)
-let confirmed = ref 0
-let not_again = ref 0
-let crowd_confirmations () = (!confirmed, !not_again)
+(* Findings of crowded runs: run again, those that came again and those that
+   did not; not run again, those that were all values. *)
+type crowd_tally = { again : int; not_again : int; values_only : int }
+
+let tally = ref { again = 0; not_again = 0; values_only = 0 }
+let crowd_tally () = !tally
+
+(* A quiet run's outcome, with the crowded run's findings that no load makes. *)
+let with_kept kept outcome =
+  match outcome with
+  | _ when kept = [] -> outcome
+  | Findings fs ->
+      let known (k : Case.finding) = List.exists (fun (f : Case.finding) -> f.clause = k.clause && f.detail = k.detail) fs in
+      Findings (fs @ List.filter (fun k -> not (known k)) kept)
+  | Not_applicable _ -> Findings kept
+  | other -> other
 
 (* RIG_CONFORM_CROWD=always: take every chance to run beyond [parallel],
    idle cores or not (for tests of what a crowded run's findings become). *)
@@ -428,14 +450,25 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
     incr finished;
     progress !finished res.job
   in
+  let count f = tally := f !tally in
   let settle r (done_, again) =
     List.iter
-      (fun ((_, res) as x) ->
+      (fun ((i, res) as x) ->
         match res.outcome with
-        | Findings (_ :: _) when r.crowded && (not r.quiet) && not (stop ()) -> quiet_queue := !quiet_queue @ [ x ]
-        | outcome ->
-            if r.quiet then incr (match outcome with Findings (_ :: _) -> confirmed | _ -> not_again);
-            finish ~retry:true x)
+        | Findings (_ :: _ as fs) when r.crowded && (not r.quiet) && not (stop ()) ->
+            (* A value no load can make stands; a timing runs again. *)
+            if List.exists (fun (f : Case.finding) -> f.timing) fs then quiet_queue := !quiet_queue @ [ x ]
+            else begin
+              count (fun t -> { t with values_only = t.values_only + 1 });
+              finish ~retry:true x
+            end
+        | outcome when r.quiet ->
+            count (fun t ->
+                match outcome with
+                | Findings (_ :: _) -> { t with again = t.again + 1 }
+                | _ -> { t with not_again = t.not_again + 1 });
+            finish ~retry:true (i, { res with outcome = with_kept r.kept outcome })
+        | _ -> finish ~retry:true x)
       done_;
     queue := List.map (fun x -> [ x ]) again @ !queue
   in
@@ -444,8 +477,8 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
     | [ (_, j) ] when j.inject = None -> Hashtbl.mem timed_out_cases (j.case.name, j.mutant)
     | _ -> false
   in
-  let start ?quiet next =
-    match spawn ?quiet ~limit next with
+  let start ?quiet ?kept next =
+    match spawn ?quiet ?kept ~limit next with
     | r -> running := r :: !running
     | exception (Unix.Unix_error _ | Sys_error _ as e) ->
         (* The child could not even start (the program was replaced, no
@@ -499,7 +532,8 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
         if List.length !running < parallel then begin
           let i, first = List.hd !quiet_queue in
           quiet_queue := List.tl !quiet_queue;
-          start ~quiet:true [ (i, first.job) ]
+          let kept = match first.outcome with Findings fs -> List.filter (fun (f : Case.finding) -> not f.timing) fs | _ -> [] in
+          start ~quiet:true ~kept [ (i, first.job) ]
         end
       end
       else begin

@@ -92,10 +92,13 @@ val run_args : job -> string list
     [parallel] times RIG_CONFORM_OVERCOMMIT (default 8; 1 runs no more than
     [parallel]) at once, since most runs only wait (RIG_CONFORM_CROWD=always: whether the cores idle
     or not, for tests).  A run that had more than [parallel] children beside
-    it and found a violation runs again at the end, once no more than
-    [parallel] run, and nothing beyond them while it does: the verdict is
-    that second run's, so that no finding comes of the runner's own
-    crowding.  [crowd] false (default true): never more than [parallel] (a
+    it and found a violation that may be a timing runs again at the end,
+    once no more than [parallel] run, and nothing beyond them while it
+    does: the verdict is that second run's, so that no timing comes of the
+    runner's own crowding, with the first run's findings that are not
+    timings added (a value a driver shows at some runs only stands: no load
+    makes a conforming driver show it).  A run whose findings are all such
+    values does not run again.  [crowd] false (default true): never more than [parallel] (a
     self-test, whose mutants find something in nearly every run; a
     calibration, which measures).
 
@@ -111,9 +114,13 @@ val run_all :
   ?crowd:bool ->
   parallel:int -> limit:(job -> float) -> progress:(int -> job -> unit) -> stop:(unit -> bool) -> job list -> result list
 
-(** Of the findings of crowded runs (beside more children than
-    [parallel]) run again so far: how many came again, how many did not. *)
-val crowd_confirmations : unit -> int * int
+(** Of the crowded runs (beside more children than [parallel]) that found
+    something, so far: run again, how many found something again and how
+    many did not; not run again, how many found only findings that are not
+    timings ({!Case.finding}). *)
+type crowd_tally = { again : int; not_again : int; values_only : int }
+
+val crowd_tally : unit -> crowd_tally
 
 (** Seconds a call of the function may be in flight before its run ends as
     [Hung]: 5 s for those the document bounds (sleep, stop, signaled,

@@ -99,7 +99,7 @@ let progress_printer ~what (jobs : Runner.job list) =
     else if done_ = total || done_ mod 50 = 0 || done_ = 1 then Printf.eprintf "%s\n%!" (line ())
 
 let run_jobs ?batch ?crowd ?(limit = fun _ -> None) (o : Cli.opts) ~what jobs =
-  let before = Runner.crowd_confirmations () in
+  let before = Runner.crowd_tally () in
   let results =
     Runner.run_all ?batch ?crowd ~parallel:(Cli.jobs o)
       ~cost:(fun (j : Runner.job) -> Option.value ~default:0. (Case_limits.seconds_on_fake j.case.name))
@@ -107,9 +107,13 @@ let run_jobs ?batch ?crowd ?(limit = fun _ -> None) (o : Cli.opts) ~what jobs =
         match limit j with Some l -> l | None -> Known_cases.limit ~timeout:o.timeout j.case.name)
       ~progress:(progress_printer ~what jobs) ~stop:stopped jobs
   in
-  let again, gone = Runner.crowd_confirmations () in
-  let again, gone = (again - fst before, gone - snd before) in
+  let after = Runner.crowd_tally () in
+  let again = after.again - before.again and gone = after.not_again - before.not_again in
+  let values_only = after.values_only - before.values_only in
   if again + gone > 0 then
-    Printf.eprintf "%s: %d run(s) beside more than -j %d runs found something and ran again with no more beside them: %d found it again, %d did not (the second run's verdict stands)\n%!"
+    Printf.eprintf "%s: %d run(s) beside more than -j %d runs found something and ran again with no more beside them: %d found it again, %d did not (the second run's verdict stands, with the first's findings of values, which no load makes)\n%!"
       what (again + gone) (Cli.jobs o) again gone;
+  if values_only > 0 then
+    Printf.eprintf "%s: %d run(s) beside more than -j %d runs found only values a driver showed, not timings: their verdict stands without a second run\n%!"
+      what values_only (Cli.jobs o);
   results

@@ -98,12 +98,12 @@ let mem9_stays_put (module P : Package) ~seed =
       let stayed ?(where = "") (r : K.reg) bus (before : place) p host =
         let after = K.place r in
         if after.handle <> before.handle || after.size <> before.size then
-          K.flag s "dma ~fn:%S%s answered %s, and locate then answered handle %Ld size %d, not handle %Ld size %d: r moved"
+          K.flag_value s "dma ~fn:%S%s answered %s, and locate then answered handle %Ld size %d, not handle %Ld size %d: r moved"
             fn where (B.show bus) after.handle after.size before.handle before.size;
         if host then
           match K.read r ~off:0 ~len:r.size with
           | Some got when got <> p ->
-              K.flag s "after dma ~fn:%S%s answered %s, r no longer holds the bytes written before: %s" fn where (B.show bus)
+              K.flag_value s "after dma ~fn:%S%s answered %s, r no longer holds the bytes written before: %s" fn where (B.show bus)
                 (B.first_difference got p)
           | _ -> ()
       in
@@ -143,7 +143,7 @@ let mem9_stays_put (module P : Package) ~seed =
                   if K.write r ~off:0 p1 then (
                     match K.read mp ~off:0 ~len:n_late with
                     | Some got when got <> p1 ->
-                        K.flag s "after dma ~fn:%S %s answered %s, bytes written into r do not show through %s's map_peer of r made before (%s): r's memory moved"
+                        K.flag_value s "after dma ~fn:%S %s answered %s, bytes written into r do not show through %s's map_peer of r made before (%s): r's memory moved"
                           fn late (B.show bus) mp.dev.oname (B.first_difference got p1)
                     | _ -> ())
               | None -> ())));
@@ -155,7 +155,7 @@ let mem9_stays_put (module P : Package) ~seed =
           if K.write r ~off:0 p1 then (
             match K.read mp ~off:0 ~len:n with
             | Some got when got <> p1 ->
-                K.flag s "after dma ~fn:%S answered %s, bytes written into r do not show through %s's map_peer of r (%s): r's memory moved"
+                K.flag_value s "after dma ~fn:%S answered %s, bytes written into r do not show through %s's map_peer of r (%s): r's memory moved"
                   fn (B.show bus) a.oname (B.first_difference got p1)
             | _ -> ());
           let off = word * K.int s (n / word) in
@@ -164,7 +164,7 @@ let mem9_stays_put (module P : Package) ~seed =
           if B.work s a [ K.fill_part mp ~off ~len ~byte:x ] (spf "a Fill on %s of its map_peer of r" a.oname) then
             match K.read r ~off ~len with
             | Some got when got <> String.make len (Char.chr x) ->
-                K.flag s "after dma ~fn:%S answered %s, a Fill on %s of bytes [%d,%d) of its map_peer of r with %02x does not show in r (%s): r's memory moved"
+                K.flag_value s "after dma ~fn:%S answered %s, a Fill on %s of bytes [%d,%d) of its map_peer of r with %02x does not show in r (%s): r's memory moved"
                   fn (B.show bus) a.oname off (off + len) x (B.first_difference got (String.make len (Char.chr x)))
             | _ -> ())
 
@@ -200,9 +200,9 @@ let mem10_visible (module P : Package) ~seed =
         let want = String.make len (Char.chr x) in
         if B.work s dev [ K.fill_part r ~off ~len ~byte:x ] (spf "round %d: a Fill of r" round) then begin
           match B.bus_read ag ~fn (B.at bus off) len with
-          | Error why -> K.flag s "round %d: fn %S could not read %d bytes at %s + %d that dma answered: %s" round fn len (B.show bus) off why
+          | Error why -> K.flag_value s "round %d: fn %S could not read %d bytes at %s + %d that dma answered: %s" round fn len (B.show bus) off why
           | Ok got when got <> want ->
-              K.flag s "round %d: once the word read the value of a Fill of bytes [%d,%d) of r with %02x, fn %S read at %s + %d: %s"
+              K.flag_value s "round %d: once the word read the value of a Fill of bytes [%d,%d) of r with %02x, fn %S read at %s + %d: %s"
                 round off (off + len) x fn (B.show bus) off (B.first_difference got want)
           | Ok _ -> ()
         end;
@@ -211,13 +211,13 @@ let mem10_visible (module P : Package) ~seed =
         let len = 1 + K.int s (n - off) in
         let q = K.pattern s len in
         match B.bus_write ag ~fn (B.at bus off) q with
-        | Error why -> K.flag s "round %d: fn %S could not write %d bytes at %s + %d that dma answered: %s" round fn len (B.show bus) off why
+        | Error why -> K.flag_value s "round %d: fn %S could not write %d bytes at %s + %d that dma answered: %s" round fn len (B.show bus) off why
         | Ok () ->
             let copy = Copy { src = (K.place r).handle; src_off = off; dst = (K.place r2).handle; dst_off = off; len } in
             if B.work s dev [ copy ] (spf "round %d: a Copy from r" round) then begin
               let got = read_r2 ~off ~len in
               if got <> q then
-                K.flag s "round %d: fn %S wrote %d bytes at %s + %d, then a submitted Copy of bytes [%d,%d) of r carried other bytes: %s"
+                K.flag_value s "round %d: fn %S wrote %d bytes at %s + %d, then a submitted Copy of bytes [%d,%d) of r carried other bytes: %s"
                   round fn len (B.show bus) off off (off + len) (B.first_difference got q)
             end
       done)
@@ -241,9 +241,9 @@ let mem11_memory_kept (module P : Package) ~seed =
       (match B.bus_write ag ~fn bus p with Ok () -> () | Error why -> B.skip ("setup: fn's write: " ^ why));
       let kept when_ =
         match B.bus_read ag ~fn bus n with
-        | Error why -> K.flag s "%s, fn %S could not read the %d bytes at %s that dma answered: %s" when_ fn n (B.show bus) why; false
+        | Error why -> K.flag_value s "%s, fn %S could not read the %d bytes at %s that dma answered: %s" when_ fn n (B.show bus) why; false
         | Ok got when got <> p ->
-            K.flag s "%s, the %d bytes fn %S wrote at %s are no longer there: %s" when_ n fn (B.show bus) (B.first_difference got p);
+            K.flag_value s "%s, the %d bytes fn %S wrote at %s are no longer there: %s" when_ n fn (B.show bus) (B.first_difference got p);
             false
         | Ok _ -> true
       in
@@ -277,13 +277,13 @@ let mem11_memory_kept (module P : Package) ~seed =
               then begin
                 let p2 = String.init n (fun _ -> Char.chr (K.other_byte s y)) in
                 match B.bus_write ag ~fn bus p2 with
-                | Error why -> K.flag s "fn %S could no longer write at %s that dma answered: %s" fn (B.show bus) why
+                | Error why -> K.flag_value s "fn %S could no longer write at %s that dma answered: %s" fn (B.show bus) why
                 | Ok () ->
                     List.iteri
                       (fun i (x : K.reg) ->
                         match K.read x ~off:0 ~len:x.size with
                         | Some got when got <> String.make x.size (Char.chr y) ->
-                            K.flag s "fn %S wrote at %s, and region %d (%d bytes) of the new open of %s changed: %s: it shares the memory dma gave fn"
+                            K.flag_value s "fn %S wrote at %s, and region %d (%d bytes) of the new open of %s changed: %s: it shares the memory dma gave fn"
                               fn (B.show bus) i x.size o.name (B.first_difference got (String.make x.size (Char.chr y)))
                         | _ -> ())
                       regions
@@ -319,7 +319,7 @@ let mem11_function_kept (module P : Package) ~seed =
               match K.call dev (fun () -> P.D.dma dev.d r.region ~fn) with
               | Error _ -> ()
               | Ok b ->
-                  K.flag s
+                  K.flag_value s
                     "a new open of %s, after the stop of the first, succeeded and its dma ~fn:%S answered %s, while the first's answered %s: neither d's function nor fn was kept from another open"
                     o.name fn (B.show b) (B.show bus))))
 

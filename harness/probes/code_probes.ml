@@ -12,14 +12,14 @@ let code1_image (module P : Package) ~seed =
       let dev = K.open_first s in
       (match K.image s dev P.kit.binary with
       | Ok _ -> ()
-      | Error why -> K.flag s "image refuses kit.binary: %s" why);
+      | Error why -> K.flag_value s "image refuses kit.binary: %s" why);
       match P.kit.refused_binary with
       | None -> ()
       | Some b -> (
           match K.image s dev b with
           | Error _ -> ()
-          | Ok _ -> K.flag s "image takes kit.refused_binary instead of answering Error"
-          | exception e -> K.flag s "image of kit.refused_binary raised %s instead of answering Error" (Printexc.to_string e)))
+          | Ok _ -> K.flag_value s "image takes kit.refused_binary instead of answering Error"
+          | exception e -> K.flag_value s "image of kit.refused_binary raised %s instead of answering Error" (Printexc.to_string e)))
 
 (* CODE-2: a second entry makes nothing new; Absent for an absent name; a
    launch needs no memory beyond what entry made. *)
@@ -40,16 +40,16 @@ let code2_entry (module P : Package) ~seed =
       let after = K.free_bytes s dev in
       (match second with
       | Entry h' when h' = h -> ()
-      | Entry h' -> K.flag s "a second entry of %S answered a new handle (%Ld, then %Ld)" f h h'
-      | Absent -> K.flag s "a second entry of %S answered Absent" f
-      | No_memory k -> K.flag s "a second entry of %S answered No_memory %d" f k);
+      | Entry h' -> K.flag_value s "a second entry of %S answered a new handle (%Ld, then %Ld)" f h h'
+      | Absent -> K.flag_value s "a second entry of %S answered Absent" f
+      | No_memory k -> K.flag_value s "a second entry of %S answered No_memory %d" f k);
       if after <> before then
         K.flag s "a second entry of %S changed free Device memory from %d to %d bytes" f before after;
       let absent = spf "probe-absent-%d" (K.int s 100000) in
       (match K.entry i absent with
       | Absent -> ()
-      | Entry _ -> K.flag s "entry of %S, which the image lacks, answered Entry" absent
-      | No_memory k -> K.flag s "entry of %S, which the image lacks, answered No_memory %d" absent k);
+      | Entry _ -> K.flag_value s "entry of %S, which the image lacks, answered Entry" absent
+      | No_memory k -> K.flag_value s "entry of %S, which the image lacks, answered No_memory %d" absent k);
       (* Nor after a prepare of another function of an image: kit.binary's
          spin, then the prepare of another of its functions, then spin's
          entry again. *)
@@ -63,9 +63,9 @@ let code2_entry (module P : Package) ~seed =
               (try Prim.masked (fun () -> P.D.prepare bi.image other) with _ -> ());
               match K.entry bi spin with
               | Entry e2 when e2 = e1 -> ()
-              | Entry e2 -> K.flag s "entry of %S after a prepare of %S answered a new handle (%Ld, then %Ld)" spin other e1 e2
-              | Absent -> K.flag s "entry of %S after a prepare of %S answered Absent, having answered Entry" spin other
-              | No_memory k -> K.flag s "entry of %S after a prepare of %S answered No_memory %d, having answered Entry" spin other k)
+              | Entry e2 -> K.flag_value s "entry of %S after a prepare of %S answered a new handle (%Ld, then %Ld)" spin other e1 e2
+              | Absent -> K.flag_value s "entry of %S after a prepare of %S answered Absent, having answered Entry" spin other
+              | No_memory k -> K.flag_value s "entry of %S after a prepare of %S answered No_memory %d, having answered Entry" spin other k)
           | _ -> ())
       | _ -> ());
       let launch = [ Launch { entry = h; args = [] } ] in
@@ -130,14 +130,14 @@ let code3_no_memory (module P : Package) ~seed =
       let after = K.free_bytes s dev in
       (match answer with
       | No_memory k when k >= need -> ()
-      | No_memory k -> K.flag s "entry with %d bytes free answered No_memory %d, fewer than the %d bytes %S needs" before k need f
+      | No_memory k -> K.flag_value s "entry with %d bytes free answered No_memory %d, fewer than the %d bytes %S needs" before k need f
       | Entry _ ->
           (* The document does not say that f's scratch is memory alloc
              gives: a driver with a pool of its own for it has the bytes. *)
           raise
             (Skip
                (spf "entry of %S, which needs %d bytes, answered Entry with %d bytes of Device memory free: its scratch is not the memory alloc gives, which the probe can fill" f need before))
-      | Absent -> K.flag s "entry of %S answered Absent" f);
+      | Absent -> K.flag_value s "entry of %S answered Absent" f);
       if after <> before then
         K.flag s "entry answering No_memory changed free Device memory from %d to %d bytes" before after;
       List.iter K.free_reg fillers;
@@ -145,8 +145,8 @@ let code3_no_memory (module P : Package) ~seed =
          is the clause's *)
       (match K.entry_as_rig_asks i f with
       | Entry _ -> ()
-      | No_memory k -> K.flag s "with the memory freed again, entry of %S still answers No_memory %d, to 4 asks in a row" f k
-      | Absent -> K.flag s "with the memory freed again, entry of %S answers Absent" f);
+      | No_memory k -> K.flag_value s "with the memory freed again, entry of %S still answers No_memory %d, to 4 asks in a row" f k
+      | Absent -> K.flag_value s "with the memory freed again, entry of %S answers Absent" f);
       (* The other side of the boundary: with what a new function needs
          left free, an entry that answers No_memory k says the device has no
          memory for k bytes, so an alloc of k bytes right after must fail. *)
@@ -163,7 +163,7 @@ let code3_no_memory (module P : Package) ~seed =
           else if before >= need then (
             match K.alloc s dev Device k with
             | Some r ->
-                K.flag s "entry of %S, which needs %d bytes, answered No_memory %d with %d bytes free (to 4 asks in a row), yet an alloc of %d bytes of Device memory right after got them" g need k before k;
+                K.flag_value s "entry of %S, which needs %d bytes, answered No_memory %d with %d bytes free (to 4 asks in a row), yet an alloc of %d bytes of Device memory right after got them" g need k before k;
                 K.free_reg r
             | None -> ())
       | _ -> ());
@@ -217,19 +217,19 @@ let code6_prepare (module P : Package) ~seed =
       let absent = spf "probe-absent-%d" (K.int s 100000) in
       (match prepare absent with
       | () -> ()
-      | exception e -> K.flag s "prepare of %S, which the image lacks, raised %s" absent (Printexc.to_string e));
+      | exception e -> K.flag_value s "prepare of %S, which the image lacks, raised %s" absent (Printexc.to_string e));
       (match K.entry i absent with
       | Absent -> ()
-      | Entry _ -> K.flag s "entry after prepare of %S, which the image lacks, answered Entry" absent
-      | No_memory k -> K.flag s "entry after prepare of %S, which the image lacks, answered No_memory %d" absent k);
+      | Entry _ -> K.flag_value s "entry after prepare of %S, which the image lacks, answered Entry" absent
+      | No_memory k -> K.flag_value s "entry after prepare of %S, which the image lacks, answered No_memory %d" absent k);
       (match prepare f with
       | () -> ()
-      | exception e -> K.flag s "prepare of %S raised %s" f (Printexc.to_string e));
+      | exception e -> K.flag_value s "prepare of %S raised %s" f (Printexc.to_string e));
       (* Whether a later entry answers the same handle is CODE-2's. *)
       (match K.entry_as_rig_asks i f with
       | Entry _ -> ()
-      | Absent -> K.flag s "entry of %S after its prepare answered Absent" f
-      | No_memory k -> K.flag s "entry of %S after its prepare answered No_memory %d, to 4 asks in a row" f k);
+      | Absent -> K.flag_value s "entry of %S after its prepare answered Absent" f
+      | No_memory k -> K.flag_value s "entry of %S after its prepare answered No_memory %d, to 4 asks in a row" f k);
       (* A failure prepare meets is reported by nothing either: a function
          whose scratch does not fit in the memory left free now (not more
          than the device offers, which is CODE-5's). *)
@@ -243,20 +243,20 @@ let code6_prepare (module P : Package) ~seed =
           (match prepare2 () with
           | () -> ()
           | exception e ->
-              K.flag s "prepare of %S, whose %d bytes of scratch do not fit in the memory left free, raised %s" g need
+              K.flag_value s "prepare of %S, whose %d bytes of scratch do not fit in the memory left free, raised %s" g need
                 (Printexc.to_string e));
           let first = K.entry i2 g in
           List.iter K.free_reg taken;
           match first with
           | Entry _ -> ()
-          | Absent -> K.flag s "entry of %S after a prepare that found no memory for it answered Absent" g
+          | Absent -> K.flag_value s "entry of %S after a prepare that found no memory for it answered Absent" g
           | No_memory _ -> (
               (* As entry itself would: once memory is free, it is made. *)
               match K.entry_as_rig_asks i2 g with
               | Entry _ -> ()
-              | Absent -> K.flag s "entry of %S, once memory was freed after a prepare that found none, answered Absent" g
+              | Absent -> K.flag_value s "entry of %S, once memory was freed after a prepare that found none, answered Absent" g
               | No_memory k ->
-                  K.flag s "entry of %S, once the memory taken was freed, still answered No_memory %d (what its prepare met), to 4 asks in a row" g k))
+                  K.flag_value s "entry of %S, once the memory taken was freed, still answered No_memory %d (what its prepare met), to 4 asks in a row" g k))
 
 (* CODE-7: prepares of a function that has an entry make nothing, also
    after another image of the device was loaded and unloaded.  prepare may

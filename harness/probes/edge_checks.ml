@@ -11,17 +11,17 @@ let lock7 ~seed:_ =
   let refused what take =
     let before = P.holds () in
     match take () with
-    | () -> acc := finding "LOCK-7" "%s was taken instead of refused" what :: !acc
+    | () -> acc := value_finding "LOCK-7" "%s was taken instead of refused" what :: !acc
     | exception Invalid_argument _ ->
         if P.holds () <> before then
-          acc := finding "LOCK-7" "%s was refused but the thread's lock count went from %d to %d" what before (P.holds ()) :: !acc
-    | exception e -> acc := finding "LOCK-7" "%s raised %s, not Invalid_argument" what (Printexc.to_string e) :: !acc
+          acc := value_finding "LOCK-7" "%s was refused but the thread's lock count went from %d to %d" what before (P.holds ()) :: !acc
+    | exception e -> acc := value_finding "LOCK-7" "%s raised %s, not Invalid_argument" what (Printexc.to_string e) :: !acc
   in
   let mine = P.Lock.create "edge check's lock" and rigs = P.Lock.create ~rig:true "edge check's rig lock" in
   P.Lock.protect mine (fun () ->
       refused "a lock the thread holds" (fun () -> P.Lock.protect mine ignore);
       refused "a lock of rig's, inside another lock" (fun () -> P.Lock.protect rigs ignore));
-  if P.holds () <> 0 then acc := finding "LOCK-7" "%d lock(s) still counted after the checks" (P.holds ()) :: !acc;
+  if P.holds () <> 0 then acc := value_finding "LOCK-7" "%d lock(s) still counted after the checks" (P.holds ()) :: !acc;
   Ran (List.rev !acc)
 
 (* SIG-4: a signal that comes during a wait's blocking step, on this very

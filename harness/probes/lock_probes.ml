@@ -100,10 +100,10 @@ module Probe (Pk : Rig_edge.Package) = struct
     let in_lock f = P.Lock.protect lock (fun () -> P.masked f) in
     let openers_in_lock when_ =
       match in_lock Pk.openers with
-      | _ -> acc := finding "LOCK-4" "the capability (openers) called inside a lock%s returned instead of raising Invalid_argument" when_ :: !acc
+      | _ -> acc := value_finding "LOCK-4" "the capability (openers) called inside a lock%s returned instead of raising Invalid_argument" when_ :: !acc
       | exception Invalid_argument _ -> ()
       | exception e ->
-          acc := finding "LOCK-4" "the capability (openers) called inside a lock%s raised %s, not Invalid_argument" when_ (Printexc.to_string e) :: !acc
+          acc := value_finding "LOCK-4" "the capability (openers) called inside a lock%s raised %s, not Invalid_argument" when_ (Printexc.to_string e) :: !acc
     in
     openers_in_lock "";
     let os = openers () in
@@ -116,17 +116,17 @@ module Probe (Pk : Rig_edge.Package) = struct
         let before = tasks () in
         (match in_lock o.make with
         | d ->
-            acc := finding "LOCK-4" "%s's make called inside a lock opened a device instead of raising Invalid_argument" o.name :: !acc;
+            acc := value_finding "LOCK-4" "%s's make called inside a lock opened a device instead of raising Invalid_argument" o.name :: !acc;
             close d 0
         | exception Invalid_argument _ ->
             let fresh = List.filter (fun t -> not (List.mem t before)) (tasks ()) in
             if fresh <> [] then
               acc :=
-                finding "LOCK-4" "%s's make raised Invalid_argument inside a lock but started %d thread(s) (%s): it changed something"
+                value_finding "LOCK-4" "%s's make raised Invalid_argument inside a lock but started %d thread(s) (%s): it changed something"
                   o.name (List.length fresh) (String.concat ", " (List.map task_name fresh))
                 :: !acc
         | exception e ->
-            acc := finding "LOCK-4" "%s's make called inside a lock raised %s, not Invalid_argument" o.name (Printexc.to_string e) :: !acc);
+            acc := value_finding "LOCK-4" "%s's make called inside a lock raised %s, not Invalid_argument" o.name (Printexc.to_string e) :: !acc);
         (* Nothing changed: the same make, outside the lock, still opens.
            A make may be refused of itself now and then (a device busy): it
            is asked three times, and what the refused one left refuses
@@ -137,7 +137,7 @@ module Probe (Pk : Rig_edge.Package) = struct
           | exception _ when tries > 1 -> outside (tries - 1)
           | exception e ->
               acc :=
-                finding "LOCK-4" "after a make refused inside a lock, %s's make outside it raised %s, three times in a row" o.name
+                value_finding "LOCK-4" "after a make refused inside a lock, %s's make outside it raised %s, three times in a row" o.name
                   (Printexc.to_string e)
                 :: !acc
         in
@@ -193,7 +193,7 @@ module Probe (Pk : Rig_edge.Package) = struct
         (fun tid (open_, m) acc ->
           if open_ = 0L then acc
           else
-            finding "SIG-8" "thread %d (%s), started %s, lets signals %s through (SigBlk %016Lx; rig_mask blocks %016Lx)"
+            value_finding "SIG-8" "thread %d (%s), started %s, lets signals %s through (SigBlk %016Lx; rig_mask blocks %016Lx)"
               tid (task_name tid)
               (if List.mem tid at_load then "as the driver's plugin loaded" else "while the driver's devices opened and ran work")
               (String.concat "," (List.map string_of_int (signals_of open_)))

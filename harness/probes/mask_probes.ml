@@ -92,22 +92,22 @@ let judge_sig6 ?(tail = true) name seen masks =
   match (first, last) with
   | None, _ | _, None ->
       if outside <> [] && masks = 0 then
-        [ finding "SIG-6" "%s, called with the thread's signals unblocked, ran %d allocation(s) of OCaml code without blocking rig_mask's signals" name (List.length outside) ]
+        [ value_finding "SIG-6" "%s, called with the thread's signals unblocked, ran %d allocation(s) of OCaml code without blocking rig_mask's signals" name (List.length outside) ]
       else []
   | Some f, Some l ->
       let holes = List.filter (fun (i, b) -> i > f && i < l && not b) blocked in
       let after = List.length (List.filter (fun (i, _) -> i > l) blocked) in
       if holes <> [] then
-        [ finding "SIG-6" "%s let rig_mask's signals through at %d allocation(s) outside a wait, between allocations with them blocked" name (List.length holes) ]
+        [ value_finding "SIG-6" "%s let rig_mask's signals through at %d allocation(s) outside a wait, between allocations with them blocked" name (List.length holes) ]
       else if tail && after > boxing_allocations then
-        [ finding "SIG-6" "%s made %d allocation(s) of OCaml code after it gave rig_mask's signals back (more than boxing its result takes)" name after ]
+        [ value_finding "SIG-6" "%s made %d allocation(s) of OCaml code after it gave rig_mask's signals back (more than boxing its result takes)" name after ]
       else []
 
 let judge_sig9 name seen =
   match List.length (List.filter (fun s -> not s.as_left) seen) with
   | 0 -> []
   | n ->
-      [ finding "SIG-9" "%s ran %d allocation(s) with a signal mask the primitives did not set (changed by other means than Rig_edge_primitives)" name n ]
+      [ value_finding "SIG-9" "%s ran %d allocation(s) with a signal mask the primitives did not set (changed by other means than Rig_edge_primitives)" name n ]
 
 (* ------------------------------------------------ a tour of the functions *)
 
@@ -298,12 +298,12 @@ module Finalisers (Pk : Rig_edge.Package) = struct
     let _, seen, masks = Fun.protect ~finally:Signal_at_waits.disarm (fun () -> watched (fun () -> Gc.full_major (); Gc.full_major ())) in
     match seen with
     | _ when Signal_at_waits.ran_in_wait () > 0 ->
-        [ finding "SIG-7" "a finaliser of the driver's, run by Gc.full_major, entered a wait outside rig_shield: a signal sent as the wait opened ran its handler inside it (%d time(s)), where an exception of it escapes into the code the finaliser interrupts" (Signal_at_waits.ran_in_wait ()) ]
+        [ value_finding "SIG-7" "a finaliser of the driver's, run by Gc.full_major, entered a wait outside rig_shield: a signal sent as the wait opened ran its handler inside it (%d time(s)), where an exception of it escapes into the code the finaliser interrupts" (Signal_at_waits.ran_in_wait ()) ]
     | [] -> raise (Skip "no finaliser of the driver ran (none allocated) for devices and regions dropped without stop or free")
     | _ when never_shielded seen masks ->
-        [ finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
+        [ value_finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
     | _ when unshielded seen masks ->
-        [ finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) in a row with signals unblocked and no rig_shield between them" (longest_open_stretch seen) ]
+        [ value_finding "SIG-7" "the driver's finalisers, run by Gc.full_major on a thread with its signals unblocked, made %d allocation(s) in a row with signals unblocked and no rig_shield between them" (longest_open_stretch seen) ]
     | _ -> []
 end
 
@@ -345,13 +345,13 @@ module Exit_handlers (Pk : Rig_edge.Package) = struct
     Stdlib.do_at_exit ();
     match !result with
     | _ when Signal_at_waits.ran_in_wait () > 0 ->
-        [ finding "SIG-7" "an exit handler the driver registered as it loaded or while its devices opened entered a wait outside rig_shield: a signal sent as the wait opened ran its handler inside it (%d time(s)), where an exception of it escapes the handler" (Signal_at_waits.ran_in_wait ()) ]
+        [ value_finding "SIG-7" "an exit handler the driver registered as it loaded or while its devices opened entered a wait outside rig_shield: a signal sent as the wait opened ran its handler inside it (%d time(s)), where an exception of it escapes the handler" (Signal_at_waits.ran_in_wait ()) ]
     | None | Some ([], _) ->
         raise (Skip "no exit handler the driver registered as it loaded or while its devices opened ran OCaml code that allocates")
     | Some (seen, masks) when never_shielded seen masks ->
-        [ finding "SIG-7" "the exit handlers the driver registered as it loaded or while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
+        [ value_finding "SIG-7" "the exit handlers the driver registered as it loaded or while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) and never blocked signals with rig_shield" (List.length seen) ]
     | Some (seen, masks) when unshielded seen masks ->
-        [ finding "SIG-7" "the exit handlers the driver registered as it loaded or while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) in a row with signals unblocked and no rig_shield between them" (longest_open_stretch seen) ]
+        [ value_finding "SIG-7" "the exit handlers the driver registered as it loaded or while its devices opened, run at exit on a thread with its signals unblocked, made %d allocation(s) in a row with signals unblocked and no rig_shield between them" (longest_open_stretch seen) ]
     | Some _ -> []
 end
 
@@ -456,7 +456,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
         [ (); () ]
     in
     let c_lock_finding what state where c_lock =
-      finding "LOCK-5" "%s %s%s took a lock: the driver's C code called %s (in 3 of 3 calls)" what state where c_lock
+      value_finding "LOCK-5" "%s %s%s took a lock: the driver's C code called %s (in 3 of 3 calls)" what state where c_lock
     in
     (* A call that slept that long is judged on the longest of two more
        calls like it ([again], by default the same call): on a loaded
@@ -471,14 +471,14 @@ module Quiet (Pk : Rig_edge.Package) = struct
         match C_locks.taken_in (fun () -> slept_in f) with
         | Ok slept, c_takes, c_lock ->
             if P.waits () <> waits then
-              Some (fun () -> Some (finding "LOCK-6" "%s %s%s entered a wait" what state where))
+              Some (fun () -> Some (value_finding "LOCK-6" "%s %s%s entered a wait" what state where))
             else if P.activity () <> before then
               (* a counted take, even one that never blocks (LOCK-5) *)
-              Some (fun () -> Some (finding "LOCK-5" "%s %s%s took a counted lock" what state where))
+              Some (fun () -> Some (value_finding "LOCK-5" "%s %s%s took a counted lock" what state where))
             else if c_takes > 0 && takes_c_lock_again f then
               Some (fun () -> Some (c_lock_finding what state where c_lock))
             else if P.holds () <> holds then
-              Some (fun () -> Some (finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d" what state where (P.holds ()) holds))
+              Some (fun () -> Some (value_finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d" what state where (P.holds ()) holds))
             else if slept >= suspect_floor_ms then
               Some
                 (fun () ->
@@ -492,8 +492,8 @@ module Quiet (Pk : Rig_edge.Package) = struct
         | Error (Invalid_argument _ as e), _, _ when outside_returned ->
             (* raised inside the lock only: a check of rig_holds, which
                these functions must not make (LOCK-5) *)
-            Some (fun () -> Some (finding "LOCK-5" "%s %s%s raised %s, and returned outside it: it checks rig_holds" what state where (Printexc.to_string e)))
-        | Error e, _, _ -> Some (fun () -> Some (finding "LOCK-6" "%s %s%s raised %s" what state where (Printexc.to_string e)))
+            Some (fun () -> Some (value_finding "LOCK-5" "%s %s%s raised %s, and returned outside it: it checks rig_holds" what state where (Printexc.to_string e)))
+        | Error e, _, _ -> Some (fun () -> Some (value_finding "LOCK-6" "%s %s%s raised %s" what state where (Printexc.to_string e)))
       in
       List.iter (Option.iter (fun judge -> Option.iter (fun f -> findings := f :: !findings) (judge ()))) (both_ways measure)
     in
@@ -508,13 +508,13 @@ module Quiet (Pk : Rig_edge.Package) = struct
         match C_locks.taken_in signaled with
         | Ok (), c_takes, c_lock ->
             let n = takes () - before in
-            if n > 0 then Some (finding "LOCK-5" "signaled %s%s took %d counted lock(s)" state where n)
+            if n > 0 then Some (value_finding "LOCK-5" "signaled %s%s took %d counted lock(s)" state where n)
             else if c_takes > 0 && takes_c_lock_again signaled then Some (c_lock_finding "signaled" state where c_lock)
             else if P.holds () <> holds then
-              Some (finding "LOCK-5" "signaled %s%s left rig_holds at %d, not %d" state where (P.holds ()) holds)
+              Some (value_finding "LOCK-5" "signaled %s%s left rig_holds at %d, not %d" state where (P.holds ()) holds)
             else None
         | Error (Invalid_argument _ as e), _, _ when outside_returned ->
-            Some (finding "LOCK-5" "signaled %s%s raised %s, and returned outside it: it checks rig_holds" state where (Printexc.to_string e))
+            Some (value_finding "LOCK-5" "signaled %s%s raised %s, and returned outside it: it checks rig_holds" state where (Printexc.to_string e))
         | Error _, _, _ -> None
       in
       List.iter (Option.iter (fun f -> findings := f :: !findings)) (both_ways measure)
@@ -624,7 +624,7 @@ module Counted (Pk : Rig_edge.Package) = struct
         | _ -> ()
         | exception Sys_error why ->
             findings :=
-              finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, %s raised Sys_error %S: the thread held a lock of the driver's it had not counted" name what why
+              value_finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, %s raised Sys_error %S: the thread held a lock of the driver's it had not counted" name what why
               :: !findings
         | exception _ -> ());
         again := false
@@ -654,13 +654,13 @@ module Counted (Pk : Rig_edge.Package) = struct
               | () -> ()
               | exception Sys_error why ->
                   findings :=
-                    finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, free on the same device raised Sys_error %S: the thread held a lock of the driver's it had not counted" name why
+                    value_finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, free on the same device raised Sys_error %S: the thread held a lock of the driver's it had not counted" name why
                     :: !findings
               | exception _ -> ())
           | None -> ()
           | exception Sys_error why ->
               findings :=
-                finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, alloc on %s raised Sys_error %S: the thread held a lock of the driver's it had not counted" name (device_of name) why
+                value_finding "LOCK-3" "inside %s, at an allocation with rig_holds () = 0, alloc on %s raised Sys_error %S: the thread held a lock of the driver's it had not counted" name (device_of name) why
                 :: !findings
           | exception (D.Fault _ | Invalid_argument _) -> ()
           | exception e ->
@@ -669,7 +669,7 @@ module Counted (Pk : Rig_edge.Package) = struct
                  (before it raised), so it may not refuse the callback. *)
               if takes () = t0 then
                 findings :=
-                  finding "LOCK-9" "inside %s, at an allocation with rig_holds () = 0, alloc on %s took no lock and raised %s" name (device_of name)
+                  value_finding "LOCK-9" "inside %s, at an allocation with rig_holds () = 0, alloc on %s took no lock and raised %s" name (device_of name)
                     (Printexc.to_string e)
                   :: !findings
         end

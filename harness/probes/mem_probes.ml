@@ -17,7 +17,7 @@ let mem2_distinct (module P : Package) ~seed =
           | None -> ()
           | Some r ->
               let size = (K.place r).size in
-              if size < n then K.flag s "alloc of %d bytes of %s memory: place.size is %d" n label size;
+              if size < n then K.flag_value s "alloc of %d bytes of %s memory: place.size is %d" n label size;
               regions := (label, n, r) :: !regions
         done
       in
@@ -38,7 +38,7 @@ let mem2_distinct (module P : Package) ~seed =
             | false -> None
             | exception Skip _ -> None (* bytes past place.size: flagged above *)
             | exception e ->
-                K.flag s "a write of the %d bytes of an alloc of %d bytes of %s memory raised %s" n n label (Printexc.to_string e);
+                K.flag_value s "a write of the %d bytes of an alloc of %d bytes of %s memory raised %s" n n label (Printexc.to_string e);
                 None)
           regions
       in
@@ -47,11 +47,11 @@ let mem2_distinct (module P : Package) ~seed =
         (fun i (label, n, r, p) ->
           match K.read r ~off:0 ~len:n with
           | exception e ->
-              K.flag s "a read of the %d bytes of region %d (%s) raised %s" n i label (Printexc.to_string e)
+              K.flag_value s "a read of the %d bytes of region %d (%s) raised %s" n i label (Printexc.to_string e)
           | Some got when got <> p ->
               let j = ref 0 in
               while got.[!j] = p.[!j] do incr j done;
-              K.flag s "region %d (%s, %d bytes) does not hold the bytes written into it: byte %d reads %02x, not %02x (alloc overlaps another region?)"
+              K.flag_value s "region %d (%s, %d bytes) does not hold the bytes written into it: byte %d reads %02x, not %02x (alloc overlaps another region?)"
                 i label n !j (Char.code got.[!j]) (Char.code p.[!j])
           | _ -> ())
         written;
@@ -75,7 +75,7 @@ let mem2_distinct (module P : Package) ~seed =
                   | true -> (
                       match K.read b ~off:0 ~len:n with
                       | Some got when got <> pb ->
-                          K.flag s "after an alloc and its free, two allocs of %d bytes of %s memory share their bytes: a write through the second changed the first" n label
+                          K.flag_value s "after an alloc and its free, two allocs of %d bytes of %s memory share their bytes: a write through the second changed the first" n label
                       | _ -> ())
                   | false -> ()
                   | exception Skip _ -> ())
@@ -100,7 +100,7 @@ let mem2_distinct (module P : Package) ~seed =
                     if K.write b ~off:0 pb && K.write c ~off:0 pc then (
                       match K.read b ~off:0 ~len:n with
                       | Some got when got <> pb ->
-                          K.flag s "after alloc, an image of kit.refused_binary and a free, two allocs of %d bytes of Device memory share their bytes: a write through the second changed the first" n
+                          K.flag_value s "after alloc, an image of kit.refused_binary and a free, two allocs of %d bytes of Device memory share their bytes: a write through the second changed the first" n
                       | _ -> ())
                 | _ -> ()
               end))
@@ -123,15 +123,15 @@ let mem4_peer_stable (module P : Package) ~seed =
               match K.map_peer s x r with
               | _ -> ()
               | exception e ->
-                  K.flag s "peer %s %s is true, but map_peer of %d bytes of Device memory raised %s" x.oname y.oname n
+                  K.flag_value s "peer %s %s is true, but map_peer of %d bytes of Device memory raised %s" x.oname y.oname n
                     (Printexc.to_string e))
       in
       try_map a b ab;
       try_map b a ba;
       let check when_ =
         let ab' = P.D.peer a.d b.d and ba' = P.D.peer b.d a.d in
-        if ab' <> ab then K.flag s "peer %s %s was %b at open, %b %s" a.oname b.oname ab ab' when_;
-        if ba' <> ba then K.flag s "peer %s %s was %b at open, %b %s" b.oname a.oname ba ba' when_
+        if ab' <> ab then K.flag_value s "peer %s %s was %b at open, %b %s" a.oname b.oname ab ab' when_;
+        if ba' <> ba then K.flag_value s "peer %s %s was %b at open, %b %s" b.oname a.oname ba ba' when_
       in
       let a_opener = List.find (fun (o : _ Rig_edge.opener) -> o.name = a.oname) (K.openers ()) in
       let rec reopen a k =
@@ -149,7 +149,7 @@ let mem4_peer_stable (module P : Package) ~seed =
         | Some r -> (
             match K.map_peer s a' r with
             | _ ->
-                K.flag s "peer %s %s is false for the device opened anew three times under %s's name, yet map_peer of %d bytes of %s's Device memory maps it (peer was true for the first %s)"
+                K.flag_value s "peer %s %s is false for the device opened anew three times under %s's name, yet map_peer of %d bytes of %s's Device memory maps it (peer was true for the first %s)"
                   a'.oname b.oname a.oname n b.oname a.oname
             | exception _ -> ()))
       else if ab' then try_map a' b true;
@@ -157,7 +157,7 @@ let mem4_peer_stable (module P : Package) ~seed =
       check (spf "once %s is stopped" b.oname);
       K.close s a';
       let ab'' = P.D.peer a'.d b.d in
-      if ab'' <> ab' then K.flag s "peer %s %s was %b at open, %b once both are stopped" a'.oname b.oname ab' ab'')
+      if ab'' <> ab' then K.flag_value s "peer %s %s was %b at open, %b once both are stopped" a'.oname b.oname ab' ab'')
 
 (* MEM-5: map_peer maps the memory of r itself, both ways, also for work,
    and each mapping keeps it mapped until it is freed: after each new
@@ -172,21 +172,21 @@ let mem5_map_peer_live (module P : Package) ~seed =
       let live = ref [] in
       (* An access through a mapping that raises is a mapping that does not
          map r's memory: this probe's clause, not a setup failure. *)
-      let access what f = try f () with e -> K.flag s "%s raised %s" what (Printexc.to_string e); None in
+      let access what f = try f () with e -> K.flag_value s "%s raised %s" what (Printexc.to_string e); None in
       let still_maps label (r : K.reg) (mp : K.reg) k =
         let n = r.size in
         let p1 = K.pattern s n in
         if K.write r ~off:0 p1 then
           (match access (spf "a read through %s's mapping %d" a.oname k) (fun () -> Some (K.read mp ~off:0 ~len:n)) with
           | Some got when got <> Some p1 ->
-              K.flag s "%s memory of %s: once %s made %d later mapping(s), bytes written into r no longer show through its mapping %d, not yet freed"
+              K.flag_value s "%s memory of %s: once %s made %d later mapping(s), bytes written into r no longer show through its mapping %d, not yet freed"
                 label b.oname a.oname (List.length !live - k) k
           | _ -> ());
         let p2 = K.pattern s n in
         match access (spf "a write through %s's mapping %d" a.oname k) (fun () -> Some (K.write mp ~off:0 p2)) with
         | Some true ->
             if K.read r ~off:0 ~len:n <> Some p2 then
-              K.flag s "%s memory of %s: once %s made %d later mapping(s), bytes written through its mapping %d, not yet freed, do not show in r"
+              K.flag_value s "%s memory of %s: once %s made %d later mapping(s), bytes written through its mapping %d, not yet freed, do not show in r"
                 label b.oname a.oname (List.length !live - k) k
         | _ -> ()
       in
@@ -212,12 +212,12 @@ let mem5_map_peer_live (module P : Package) ~seed =
                     let p1 = K.pattern s n in
                     ignore (K.write r ~off:0 p1);
                     if K.read mp ~off:0 ~len:n <> Some p1 then
-                      K.flag s "%s memory of %s: bytes written into r after map_peer do not show through %s's mapping" label
+                      K.flag_value s "%s memory of %s: bytes written into r after map_peer do not show through %s's mapping" label
                         b.oname a.oname;
                     let p2 = K.pattern s n in
                     ignore (K.write mp ~off:0 p2);
                     if K.read r ~off:0 ~len:n <> Some p2 then
-                      K.flag s "%s memory of %s: bytes written through %s's mapping do not show in r" label b.oname a.oname;
+                      K.flag_value s "%s memory of %s: bytes written through %s's mapping do not show in r" label b.oname a.oname;
                     let off = word * K.int s (n / word) in
                     let len = 1 + K.int s (n - off) in
                     let bt = K.byte s in
@@ -228,7 +228,7 @@ let mem5_map_peer_live (module P : Package) ~seed =
                         | Reached -> (
                             match K.read r ~off ~len with
                             | Some got when got <> String.make len (Char.chr bt) ->
-                                K.flag s "%s memory of %s: a Fill on %s of bytes [%d,%d) of the mapping with %02x does not show in r"
+                                K.flag_value s "%s memory of %s: a Fill on %s of bytes [%d,%d) of the mapping with %02x does not show in r"
                                   label b.oname a.oname off (off + len) bt
                             | _ -> ())
                         | w -> K.flag s "a Fill on %s of its mapping of %s memory: %s" a.oname label (K.describe_wait w)));
@@ -261,7 +261,7 @@ let mem5_map_peer_live (module P : Package) ~seed =
         | Some p -> (
             match read_through what mp with
             | Some got when got <> p ->
-                K.flag s "bytes written through %s's mapping before, %s, no longer read through it: %s" a.oname what
+                K.flag_value s "bytes written through %s's mapping before, %s, no longer read through it: %s" a.oname what
                   (Probes.first_difference got p)
             | _ -> ())
         | None -> ()
@@ -274,7 +274,7 @@ let mem5_map_peer_live (module P : Package) ~seed =
             if K.write r ~off:0 p then (
               match read_through what mp with
               | Some got when got <> p ->
-                  K.flag s "bytes written into r do not show through %s's mapping %s: %s" a.oname what (Probes.first_difference got p)
+                  K.flag_value s "bytes written into r do not show through %s's mapping %s: %s" a.oname what (Probes.first_difference got p)
               | _ -> ())
         | None -> ());
         let p = K.pattern s n in
@@ -283,7 +283,7 @@ let mem5_map_peer_live (module P : Package) ~seed =
             let back = match r with Some r -> K.read r ~off:0 ~len:n | None -> read_through what mp in
             match back with
             | Some got when got <> p ->
-                K.flag s "bytes written through %s's mapping %s do not read back%s: %s" a.oname what
+                K.flag_value s "bytes written through %s's mapping %s do not read back%s: %s" a.oname what
                   (if r = None then " through it" else " in r") (Probes.first_difference got p)
             | _ -> ())
         | _ -> ());
@@ -297,7 +297,7 @@ let mem5_map_peer_live (module P : Package) ~seed =
               | Reached -> (
                   match read_through what mp with
                   | Some got when got <> String.make n (Char.chr bt) ->
-                      K.flag s "a Fill on %s of its mapping %s with %02x does not read back through it: %s" a.oname what bt
+                      K.flag_value s "a Fill on %s of its mapping %s with %02x does not read back through it: %s" a.oname what bt
                         (Probes.first_difference got (String.make n (Char.chr bt)))
                   | _ -> ())
               | w -> K.flag s "a Fill on %s of its mapping %s: %s" a.oname what (K.describe_wait w))
@@ -343,7 +343,7 @@ let mem7_whole_pages (module P : Package) ~seed =
                 done;
                 (match !bad with
                 | Some i ->
-                    K.flag s "map_host of %d bytes: a Fill of %s [%d,%d) with %02x left host byte %d at %02x" n what off
+                    K.flag_value s "map_host of %d bytes: a Fill of %s [%d,%d) with %02x left host byte %d at %02x" n what off
                       (off + len) bt i (Char.code (Bigarray.Array1.get ba i))
                 | None -> ());
                 true
@@ -382,12 +382,12 @@ let mem8_dma_errors (module P : Package) ~seed =
         (fun (bad, what) ->
           match dma bad with
           | Error why when Substring.contains ~sub:bad why -> ()
-          | Error why -> K.flag s "dma ~fn:%S (%s) is Error %S, which does not name fn" bad what why
-          | Ok (Bus a) -> K.flag s "dma ~fn:%S (%s) answered Bus 0x%Lx" bad what a)
+          | Error why -> K.flag_value s "dma ~fn:%S (%s) is Error %S, which does not name fn" bad what why
+          | Ok (Bus a) -> K.flag_value s "dma ~fn:%S (%s) answered Bus 0x%Lx" bad what a)
         bad;
       match dma fn with
       | Ok (Bus _) -> ()
-      | Error why -> K.flag s "dma ~fn:%S (kit.bus_function) of %d bytes of Device memory is Error %S" fn n why)
+      | Error why -> K.flag_value s "dma ~fn:%S (kit.bus_function) of %d bytes of Device memory is Error %S" fn n why)
 
 (* MEM-2: memory free gave back is memory d has, from the moment free
    returns (rig's reclamation rounds wait for no thread of the driver's).
@@ -415,11 +415,11 @@ let mem2_given_back (module P : Package) ~seed =
       (match K.alloc s dev Device odd with
       | Some r -> K.free_reg r
       | None ->
-          K.flag s "alloc of %d bytes of Device memory answered None once all of it was freed (%d bytes, in %d region(s), the largest %d bytes)"
+          K.flag_value s "alloc of %d bytes of Device memory answered None once all of it was freed (%d bytes, in %d region(s), the largest %d bytes)"
             odd had (List.length first) largest);
       let again = K.free_bytes s dev in
       if again < had then
-        K.flag s "alloc answered None for Device memory that free gave back: %d bytes taken in %d region(s) and all freed, then the same allocs got %d bytes"
+        K.flag_value s "alloc answered None for Device memory that free gave back: %d bytes taken in %d region(s) and all freed, then the same allocs got %d bytes"
           had (List.length first) again
       else begin
         (* all of it again in small regions (4 KiB, at most 4096 of them, for 2 s),
@@ -438,7 +438,7 @@ let mem2_given_back (module P : Package) ~seed =
           match K.alloc s dev Device largest with
           | Some r -> K.free_reg r
           | None ->
-              K.flag s "alloc of %d bytes of Device memory (the largest region it gave before) answered None once %d region(s) of 4096 bytes, all of it, were freed"
+              K.flag_value s "alloc of %d bytes of Device memory (the largest region it gave before) answered None once %d region(s) of 4096 bytes, all of it, were freed"
                 largest !n
       end)
 

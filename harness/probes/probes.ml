@@ -129,8 +129,10 @@ module Kit (P : Package) = struct
     mutable next_id : int;
   }
 
-  let flag s fmt = Printf.ksprintf (fun detail -> s.acc := { Case.clause = s.clause; detail } :: !(s.acc)) fmt
-  let abandon s fmt = Printf.ksprintf (fun detail -> raise (Abandon (Some { Case.clause = s.clause; detail }))) fmt
+  let flag s fmt = Printf.ksprintf (fun detail -> s.acc := { Case.clause = s.clause; detail; timing = true } :: !(s.acc)) fmt
+  let flag_value s fmt = Printf.ksprintf (fun detail -> s.acc := { Case.clause = s.clause; detail; timing = false } :: !(s.acc)) fmt
+  (* an overstayed call: a timing *)
+  let abandon s fmt = Printf.ksprintf (fun detail -> raise (Abandon (Some { Case.clause = s.clause; detail; timing = true }))) fmt
   let int s n = Random.State.int s.rng n
   let byte s = int s 256
   let other_byte s b = (b + 1 + int s 255) land 0xff

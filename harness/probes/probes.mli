@@ -103,7 +103,11 @@ module Kit (P : Rig_edge.Package) : sig
   type session
 
   val run : clause:string -> seed:int -> (session -> unit) -> Case.result
+
+  (** [flag s fmt]: a finding of the session's clause, a timing
+      ({!Case.finding}); [flag_value]: one that is not ({!Case.value_finding}). *)
   val flag : session -> ('a, unit, string, unit) format4 -> 'a
+  val flag_value : session -> ('a, unit, string, unit) format4 -> 'a
 
   val int : session -> int -> int
   val byte : session -> int

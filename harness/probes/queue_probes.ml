@@ -159,10 +159,10 @@ module Probe (Pk : Rig_edge.Package) = struct
               | Some Grown -> (
                   match room d s with
                   | Room -> finish d s; pool
-                  | Grow -> acc := [ finding "QUEUE-2" "after Grown, room answered RIG_GROW again" ]; pool)
+                  | Grow -> acc := [ value_finding "QUEUE-2" "after Grown, room answered RIG_GROW again" ]; pool)
               | Some (Short n3) ->
                   acc :=
-                    [ finding "QUEUE-3"
+                    [ value_finding "QUEUE-3"
                         "grow answered Short %d, then with %d bytes back Short %d, then with %d more bytes back Short %d: what it made did not stay"
                         n1 first n2 n2 n3 ];
                   pool))
@@ -239,7 +239,7 @@ module Probe (Pk : Rig_edge.Package) = struct
         | Rig_edge.Room -> on a (fun () -> finish d sa)
         | Grow ->
             acc :=
-              [ finding "QUEUE-2"
+              [ value_finding "QUEUE-2"
                   "after grow answered Grown, room answered RIG_GROW again for the same %d parts: another thread's room for %d part(s)%s came %s"
                   parts (b_parts parts)
                   (if b_parts parts > 1 then " (and its grow where its room answered RIG_GROW)" else "")
@@ -255,7 +255,7 @@ module Probe (Pk : Rig_edge.Package) = struct
             grown_or_skip ();
             match room d s with
             | Rig_edge.Room -> finish d s
-            | Grow -> acc := [ finding "QUEUE-2" "after grow answered Grown, room answered RIG_GROW again for the same parts" ]);
+            | Grow -> acc := [ value_finding "QUEUE-2" "after grow answered Grown, room answered RIG_GROW again for the same parts" ]);
         List.iter interleaved [ (true, fun _ -> 1); (true, Fun.id); (false, fun _ -> 1); (false, Fun.id) ]);
     !acc
 
@@ -302,7 +302,7 @@ module Probe (Pk : Rig_edge.Package) = struct
                         | Rig_edge.Room -> submitted := [ (a, small) ]; None
                         | Grow ->
                             Some
-                              (finding "QUEUE-2"
+                              (value_finding "QUEUE-2"
                                  "after grow answered Grown for %d parts, room answered RIG_GROW again for them: another thread's grow, for %d parts, had answered Short before (Device memory taken then, given back since), and that thread's room was not asked again"
                                  parts (2 * parts)))))))
 
@@ -333,7 +333,7 @@ module Probe (Pk : Rig_edge.Package) = struct
                 | Room ->
                     on c (fun () -> finish d small);
                     acc :=
-                      [ finding "QUEUE-1"
+                      [ value_finding "QUEUE-1"
                           "grow on one thread (for %d parts) changed what room reads: another thread's room for %d parts answered RIG_GROW before that grow and Room after it, with no work run between"
                           (2 * parts) parts ]);
                 (* B's own room takes what its grow made (QUEUE-2 judges it). *)
@@ -392,7 +392,7 @@ module Probe (Pk : Rig_edge.Package) = struct
                     | Room ->
                         held := (c, one) :: !held;
                         Some
-                          (finding "QUEUE-1"
+                          (value_finding "QUEUE-1"
                              "with rooms not yet submitted holding the queues (a room for 1 part answering RIG_GROW), grow on another thread (for %d parts) changed what room reads: a new thread's room for 1 part then answered Room, with no work run between"
                              b_parts)
                   in

@@ -54,7 +54,7 @@ let stop3_uncommitted (module P : Package) ~seed =
       let w = K.word_at_stop s dev ~bound_ms:9000 in
       (* A word below the value it showed before stop was dropped: STOP-5's. *)
       if w <> v && w >= done_v then
-        K.flag s "right after stop returned, with no work running, the word reads %d, not the last value %d given to submit" w v)
+        K.flag_value s "right after stop returned, with no work running, the word reads %d, not the last value %d given to submit" w v)
 
 (* STOP-3: with work running, the last value arrives once it ends. *)
 let stop3_running (module P : Package) ~seed =
@@ -170,7 +170,7 @@ let stop3_value_after_work (module P : Package) ~seed =
                 done;
                 match !late with
                 | Some t ->
-                    K.flag s
+                    K.flag_value s
                       "the word read the last value %d while work of the device still ran: %.0f ms later, a Fill submitted before stop (behind a %d-ms spin) wrote its bytes"
                       v (t *. 1000.) ms
                 | None -> ()
@@ -231,7 +231,7 @@ let stop3_fill_running (module P : Package) ~seed =
                 | [] when now () -. seen_v < 0.25 -> Thread.delay K.poll_interval; watch ()
                 | [] -> ()
                 | late ->
-                    K.flag s
+                    K.flag_value s
                       "the word read the last value %d while a %d-MiB Fill that ran at stop still wrote: of the %d sampled bytes it had not written then, %d were %.0f ms later"
                       v (size / mib) (List.length pending) (List.length late) ((now () -. seen_v) *. 1000.)
               in
@@ -283,7 +283,7 @@ let stop3_failed_submit (module P : Package) ~seed =
         let w = K.word_at_stop s dev ~bound_ms:9000 in
         (* A word below the value it showed before stop was dropped: STOP-5's. *)
         if w <> v && w >= !done_v then begin
-          K.flag s "with %d good submit(s) run before it, a submit of value %d failed; right after stop returned, with no work running, the word reads %d, not %d"
+          K.flag_value s "with %d good submit(s) run before it, a submit of value %d failed; right after stop returned, with no work running, the word reads %d, not %d"
             good v w v;
           K.leave s dev;
           false
@@ -327,7 +327,7 @@ let stop4_drop_encoded (module P : Package) ~seed =
         if got <> expect then begin
           let i = ref 0 in
           while got.[!i] = expect.[!i] do incr i done;
-          K.flag s "after stop, byte %d of a region reads %02x, not %02x: a Fill with %02x that was submitted %s but never committed ran"
+          K.flag_value s "after stop, byte %d of a region reads %02x, not %02x: a Fill with %02x that was submitted %s but never committed ran"
             !i (Char.code got.[!i]) b1 b2
             (match where with `Stops_thread -> "on stop's thread, right before it," | `Other_thread -> "on another thread than stop's");
           false
@@ -390,7 +390,7 @@ let stop5_keeps (module P : Package) ~seed =
          which its own probe judges.  Then the probe waits 300-500 ms, for a
          driver that releases late to show it in the mapping below. *)
       let w = P.D.signaled a.d in
-      if w <> v then K.flag s "after stop, signaled reads %d, not the last value %d the word showed before stop" w v
+      if w <> v then K.flag_value s "after stop, signaled reads %d, not the last value %d the word showed before stop" w v
       else Thread.delay (0.3 +. (0.01 *. float_of_int (K.int s 20)));
       (* rig reads the word until it frees it, as often as it likes (a
          value that changed is a late write: STOP-6's) *)
@@ -398,7 +398,7 @@ let stop5_keeps (module P : Package) ~seed =
          match P.D.signaled a.d with
          | _ -> ()
          | exception e ->
-             K.flag s "after stop, signaled read the last value %d, then raised %s: stop released what signaled needs" v (Printexc.to_string e));
+             K.flag_value s "after stop, signaled read the last value %d, then raised %s: stop released what signaled needs" v (Printexc.to_string e));
       (match mapping with
       | None -> ()
       | Some mp -> (
@@ -406,10 +406,10 @@ let stop5_keeps (module P : Package) ~seed =
              the mapping gone with the stop (blind mb-peer-stop-unmap). *)
           match K.read mp ~off:0 ~len:n with
           | got when got <> Some expect ->
-              K.flag s "after %s's stop, its region read through %s's mapping no longer holds its bytes" a.oname mp.dev.oname
+              K.flag_value s "after %s's stop, its region read through %s's mapping no longer holds its bytes" a.oname mp.dev.oname
           | _ -> ()
           | exception P.D.Fault why ->
-              K.flag s "after %s's stop, a read of its region through %s's mapping raised Fault (%s): the stop released the mapping rig made"
+              K.flag_value s "after %s's stop, a read of its region through %s's mapping raised Fault (%s): the stop released the mapping rig made"
                 a.oname mp.dev.oname why));
       (match idle with
       | Some r2 when w = v && K.settled a ~ms:3000 -> (
@@ -417,7 +417,7 @@ let stop5_keeps (module P : Package) ~seed =
           | () -> ()
           | exception P.D.Fault _ -> ()
           | exception e ->
-              K.flag s "after %s's stop (the word at the last value), rig's free of a region alloc made, which nothing mapped, raised %s: stop released it"
+              K.flag_value s "after %s's stop (the word at the last value), rig's free of a region alloc made, which nothing mapped, raised %s: stop released it"
                 a.oname (Printexc.to_string e))
       | _ -> ());
       (* A word of the driver's own stays until rig frees it, also once rig
@@ -434,11 +434,11 @@ let stop5_keeps (module P : Package) ~seed =
         | _ -> (
             match P.D.signaled a.d with
             | w' when w' <> v ->
-                K.flag s "after %s's stop, a new open of its name made the stopped device's word read %d, not its last value %d: stop gave the word up before rig freed it"
+                K.flag_value s "after %s's stop, a new open of its name made the stopped device's word read %d, not its last value %d: stop gave the word up before rig freed it"
                   a.oname w' v
             | _ -> ()
             | exception e ->
-                K.flag s "after %s's stop, a new open of its name made signaled of the stopped device raise %s: stop gave the word up before rig freed it"
+                K.flag_value s "after %s's stop, a new open of its name made signaled of the stopped device raise %s: stop gave the word up before rig freed it"
                   a.oname (Printexc.to_string e))
         | exception Not_opened _ -> ())
 
@@ -470,7 +470,7 @@ let stop6_no_late_write (module P : Package) ~seed =
               done;
               (match !bad with
               | Some (w, t) ->
-                  K.flag s "the word showed the last value %d after stop returned, then %.0f ms later read %d" v (t *. 1000.) w
+                  K.flag_value s "the word showed the last value %d after stop returned, then %.0f ms later read %d" v (t *. 1000.) w
               | None -> ());
               `Judged))
 
@@ -582,10 +582,10 @@ let stop8_old_frees (module P : Package) ~seed =
         K.flag s "%s changed the new device's free Device memory from %d to %d bytes" what before after
       else
         match changed_region with
-        | Some how -> K.flag s "%s changed a region of the new device: %s" what how
+        | Some how -> K.flag_value s "%s changed a region of the new device: %s" what how
         | None ->
             if b_value > 0 && word_now <> b_value then
-              K.flag s "%s changed the new device's word: it reads %d, where its work had brought it to %d" what word_now b_value
+              K.flag_value s "%s changed the new device's word: it reads %d, where its work had brought it to %d" what word_now b_value
             else begin
               (* the new device's entry, made before, still launches *)
               match b_entry with
@@ -596,7 +596,7 @@ let stop8_old_frees (module P : Package) ~seed =
                   | Ok v -> (
                       match K.wait_value s b v ~ms:3000 with
                       | K.Fault_seen why ->
-                          K.flag s "%s changed the new device's entry of %S: its launch made the device fault (%s)" what f why
+                          K.flag_value s "%s changed the new device's entry of %S: its launch made the device fault (%s)" what f why
                       | _ -> ()))
             end)
 

@@ -140,8 +140,8 @@ let time5_fault_sticks (module P : Package) ~seed =
             let which = if seen = w then spf "~seen:%d, the word" w else spf "~seen:%d, a value the word (%d) does not read" seen w in
             match K.sleep s dev ~seen ~still_ms:20 ~bound_ms:9000 with
             | K.Faulted _ -> ()
-            | K.Returned -> K.flag s "sleep call %d after the Fault (%s), %s, returned instead of raising Fault" k why which
-            | K.Other e -> K.flag s "sleep call %d after the Fault (%s), %s, raised %s instead of Fault" k why which (Printexc.to_string e)
+            | K.Returned -> K.flag_value s "sleep call %d after the Fault (%s), %s, returned instead of raising Fault" k why which
+            | K.Other e -> K.flag_value s "sleep call %d after the Fault (%s), %s, raised %s instead of Fault" k why which (Printexc.to_string e)
           done)
 
 (* TIME-6: sleep called while another thread's submit or commit runs
