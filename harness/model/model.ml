@@ -639,6 +639,8 @@ let postcond st { cmd; _ } answer =
       | None -> None)
   | _ -> None
 
+let rests_on_time = function Slept _ | Timed_out _ -> true | _ -> false
+
 (* The clauses an answer gave [postcond] something to compare with: a
    clause no step of a run judged was not checked by it, whatever the run
    found (a driver without map_host passes no MEM-7 here). *)

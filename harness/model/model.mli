@@ -125,6 +125,12 @@ val next_state : state -> step -> answer -> state
     [st] (before the step), as (clause, what was seen). *)
 val postcond : state -> step -> answer -> (string * string) option
 
+(** Whether what [postcond] finds in this answer rests on how long the call
+    took (a sleep's time, a wait that gave up): on a starved machine a
+    conforming driver may show it.  Every other violation is a value the
+    driver answered or wrote ({!Case.value_finding}). *)
+val rests_on_time : answer -> bool
+
 (** [judged st step answer]: the clauses the answer gave the postconditions
     something to compare with (a read of bytes whose value is known, a
     sleep that returned...).  A clause that no step of a run judged was

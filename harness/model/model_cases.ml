@@ -126,8 +126,9 @@ let driver_case =
               && write_file (base ^ ".trace.json") (Model_show.chrome_trace so)
             in
             let files = if written then spf "; counterexample in %s.{txt,scn,trace.json}" base else "" in
+            let finding = if v.timing then Case.finding else Case.value_finding in
             Case.Ran
-              [ Case.finding v.clause "%s (model sequence %d, shrunk from %d steps to %d%s): %s" v.detail i
+              [ finding v.clause "%s (model sequence %d, shrunk from %d steps to %d%s): %s" v.detail i
                   (Model_shrink.size program) (Model_shrink.size small) files (one_line so) ]
     in
     go 0

@@ -4,7 +4,7 @@ open Model
 module Prim = Rig_edge_primitives
 
 type event = { phase : int; column : int; step : Model.step; t0 : float; t1 : float; answer : Model.answer }
-type violation = { clause : string; detail : string; at : Model.sym }
+type violation = { clause : string; detail : string; at : Model.sym; timing : bool }
 
 type outcome = {
   events : event list;
@@ -315,7 +315,8 @@ module Make (P : Rig_edge.Package) = struct
       judged := List.sort_uniq compare (Model.judged st ev.step ev.answer @ !judged);
       (if !violation = None then
          match postcond st ev.step ev.answer with
-         | Some (clause, detail) -> violation := Some { clause; detail; at = ev.step.id }
+         | Some (clause, detail) ->
+             violation := Some { clause; detail; at = ev.step.id; timing = Model.rests_on_time ev.answer }
          | None -> ());
       next_state st ev.step ev.answer
     in

@@ -15,7 +15,12 @@
     the answer. *)
 type event = { phase : int; column : int; step : Model.step; t0 : float; t1 : float; answer : Model.answer }
 
-type violation = { clause : string; detail : string; at : Model.sym  (** the step's id *) }
+type violation = {
+  clause : string;
+  detail : string;
+  at : Model.sym;  (** the step's id *)
+  timing : bool;  (** it rests on a call's time ({!Model.rests_on_time}) *)
+}
 
 type outcome = {
   events : event list;  (** in the order they were judged *)
