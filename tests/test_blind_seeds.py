@@ -61,6 +61,7 @@ SETS = [
     ("test_blind_fn", "BLINDFN"),
     ("test_blind_s3d", "BLINDS3D"),
     ("test_blind_tq", "BLINDTQ"),
+    ("test_blind_iv", "BLINDIV"),
 ]
 
 

@@ -631,7 +631,7 @@ let postcond st { cmd; _ } answer =
           if word_after_stop < v.confirmed then
             Some ("STOP-5", spf "right after stop returned, the word reads %d, below the %d it read before: the word must stay until rig frees it" word_after_stop v.confirmed)
           else if idle && word_after_stop <> v.last && v.confirmed > 0 then
-            Some ("STOP-3", spf "right after stop returned, with no work running, the word reads %d, not the last value %d given to submit" word_after_stop v.last)
+            Some ("STOP-3", spf "right after stop returned, with no work running, the word reads %d through signaled, not the last value %d given to submit" word_after_stop v.last)
           else (
             match late with
             | Some w -> Some ("STOP-6", spf "the word read the last value %d after stop, then %d: a write landed after it" v.last w)

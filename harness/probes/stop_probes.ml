@@ -54,7 +54,7 @@ let stop3_uncommitted (module P : Package) ~seed =
       let w = K.word_at_stop s dev ~bound_ms:9000 in
       (* A word below the value it showed before stop was dropped: STOP-5's. *)
       if w <> v && w >= done_v then
-        K.flag_value s "right after stop returned, with no work running, the word reads %d, not the last value %d given to submit" w v)
+        K.flag_value s "right after stop returned, with no work running, the word reads %d through signaled, not the last value %d given to submit" w v)
 
 (* STOP-3: with work running, the last value arrives once it ends. *)
 let stop3_running (module P : Package) ~seed =
@@ -283,7 +283,7 @@ let stop3_failed_submit (module P : Package) ~seed =
         let w = K.word_at_stop s dev ~bound_ms:9000 in
         (* A word below the value it showed before stop was dropped: STOP-5's. *)
         if w <> v && w >= !done_v then begin
-          K.flag_value s "with %d good submit(s) run before it, a submit of value %d failed; right after stop returned, with no work running, the word reads %d, not %d"
+          K.flag_value s "with %d good submit(s) run before it, a submit of value %d failed; right after stop returned, with no work running, the word reads %d through signaled, not %d"
             good v w v;
           K.leave s dev;
           false
