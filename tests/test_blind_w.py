@@ -78,7 +78,18 @@ def test_broken_fails_exactly_its_clause(driver, tmp_path):
     assert failed == {BROKEN[driver]}, explain(data, failed | {BROKEN[driver]})
 
 
-@pytest.mark.parametrize("driver", sorted(CONFORMING))
+# Conforming drivers misjudged in some runs only (xfail, not strict).
+# w-ok-sleep-at-once failed STOP-1 once in a CI rehearsal of stop 35 (the
+# suite's 8 workers on 2 cores), in rig.hang-bound: the reference rig's
+# 300-ms hang bound ran out on a starved run, and the validation layer then
+# found rig's stop fault claim ("hang: the word stood at 0 for 300 ms")
+# untrue.  A precision fault of the rig-side flow under load.
+UNSTABLE_CONFORMING = {
+    "w-ok-sleep-at-once": "STOP-1 flagged in rig.hang-bound under the suite's load once",
+}
+
+
+@pytest.mark.parametrize("driver", params(sorted(CONFORMING), {}, UNSTABLE_CONFORMING))
 def test_conforming_gets_hostmems_verdicts(driver, hostmem, tmp_path):  # noqa: F811
     data = certify(BLINDW, driver, tmp_path)
     mine = verdicts(data)
