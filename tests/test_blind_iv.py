@@ -69,16 +69,11 @@ Conforming drivers: every clause's verdict must be hostmem's.
 | iv-ok-cpu-heavy      | image, entry, alloc, map_peer and grow burn bounded CPU first |
 """
 
-import json
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from test_blind_set import (  # noqa: F401 (hostmem: a fixture)
-    HANG_GUARD,
     ROOT,
-    ensure_rig,
+    certify,
     explain,
     hostmem,
     params,
@@ -121,41 +116,9 @@ CONFORMING = {
 }
 
 
-def certify_seeds(plugin: Path, driver: str, tmp: Path, seeds: int) -> dict:
-    """test_blind_set.certify, with --seeds N."""
-    if not plugin.is_file():
-        pytest.fail(f"{plugin} is missing: run `dune build` first")
-    report = tmp / f"{driver}.json"
-    proc = subprocess.run(
-        [
-            ensure_rig(),
-            "certify",
-            "--plugin", str(plugin),
-            "--driver", driver,
-            "--seeds", str(seeds),
-            "-j", "2",
-            "--no-color",
-            "--report", str(report),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD,
-    )
-    assert proc.returncode in (0, 1), f"certify {driver} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    data = json.loads(report.read_text())
-    assert data["format"] == "rig-conform-report/1"
-    assert data["driver"] == driver
-    assert not data["interrupted"]
-    assert data.get("load_error") is None, data.get("load_error")
-    failed = any(c["verdict"] == "fail" for c in data["clauses"])
-    assert proc.returncode == (1 if failed else 0), proc.stdout
-    return data
-
-
 @pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
-    data = certify_seeds(BLINDIV, driver, tmp_path, seeds=3)
+    data = certify(BLINDIV, driver, tmp_path, seeds=3, jobs=2)
     failed = {i for i, v in verdicts(data).items() if v == "fail"}
     want = {BROKEN[driver]}
     assert failed == want, explain(data, failed | want)
@@ -163,7 +126,7 @@ def test_broken_fails_exactly_its_clause(driver, tmp_path):
 
 @pytest.mark.parametrize("driver", sorted(CONFORMING))
 def test_conforming_gets_hostmems_verdicts(driver, hostmem, tmp_path):  # noqa: F811
-    data = certify_seeds(BLINDIV, driver, tmp_path, seeds=1)
+    data = certify(BLINDIV, driver, tmp_path, seeds=1, jobs=2)
     mine = verdicts(data)
     expected = {**verdicts(hostmem), **CONFORMING[driver]}
     assert mine.keys() == expected.keys()

@@ -178,7 +178,7 @@ MISJUDGED = {
 }
 
 
-def certify(plugin: Path, driver: str, tmp: Path) -> dict:
+def certify(plugin: Path, driver: str, tmp: Path, seeds: int = 1, jobs: int = 3) -> dict:
     if not plugin.is_file():
         pytest.fail(f"{plugin} is missing: run `dune build` first")
     report = tmp / f"{driver}.json"
@@ -188,8 +188,8 @@ def certify(plugin: Path, driver: str, tmp: Path) -> dict:
             "certify",
             "--plugin", str(plugin),
             "--driver", driver,
-            "--seeds", "1",
-            "-j", "3",
+            "--seeds", str(seeds),
+            "-j", str(jobs),
             "--no-color",
             "--report", str(report),
         ],
