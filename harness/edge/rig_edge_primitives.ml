@@ -25,9 +25,15 @@ external masks : unit -> int = "caml_rig_masks" [@@noalloc]
 external waits : unit -> int = "caml_rig_waits" [@@noalloc]
 external account_queued_in_waits : bool -> unit = "caml_rig_account_queued_in_waits" [@@noalloc]
 external queued_in_waits : unit -> float = "caml_rig_queued_in_waits"
+external time_in_waits : unit -> float * float = "caml_rig_time_in_waits"
+external chain_runtime_hooks : unit -> unit = "caml_rig_chain_runtime_hooks"
+external runtime_hooks_chained : unit -> bool = "caml_rig_runtime_hooks_chained" [@@noalloc]
 external signal_at_wait : int -> unit = "caml_rig_signal_at_wait" [@@noalloc]
 
 let fault_signals = c_fault_signals ()
+
+(* Before any thread is made, after the threads library set its hooks. *)
+let () = chain_runtime_hooks ()
 
 (* The edge's self-test mutants (Mutant, at the end) are separate functions:
    Mutant.set installs one in place of the conforming one, so that the

@@ -128,6 +128,20 @@ val account_queued_in_waits : bool -> unit
 (** The total noted so far on the calling thread, in ms. *)
 val queued_in_waits : unit -> float
 
+(** [time_in_waits ()]: with the same accounting on, the wall time the
+    calling thread has spent inside waits so far and, of it, the time it
+    held the OCaml runtime (outside the blocking sections its steps
+    entered; a step that let it go before its rig_unblock holds nothing),
+    both in ms.  The second overstates, never understates: a runtime let
+    go other than through a blocking section (Thread.yield) counts as
+    held.  For the SIG-3 probe.  Not for drivers. *)
+val time_in_waits : unit -> float * float
+
+(** Whether the runtime's blocking-section hooks still note held time: a
+    library that set its own after this module started drops them, and
+    then [time_in_waits] gives the whole time in waits as held. *)
+val runtime_hooks_chained : unit -> bool
+
 (** [signal_at_wait n] (n >= 1): the [n]-th wait the calling thread enters
     from now sends it SIGUSR2 as it unblocks signals, so that the signal's
     OCaml handler runs as the wait ends (ASYNC-1, ASYNC-2 at every wait);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <caml/alloc.h>
@@ -99,6 +100,31 @@ static __thread int queue_accounting;
 static __thread long long queued_at_unblock = -1;
 static __thread long long queued_in_waits;
 
+/* With the same switch, the wall time the thread spent inside waits and,
+ * of it, the time it held the OCaml runtime: from the wait's start or a
+ * blocking section's end to the next blocking section or the wait's end.
+ * A step that released the runtime (caml_enter_blocking_section, or
+ * caml_release_runtime_system, both through the runtime's hook) is seen
+ * releasing it; any other way of letting it go (Thread.yield) counts as
+ * held, so that figure only ever overstates what a wait kept.  What the
+ * thread waited for a CPU while holding it stays counted: it kept the
+ * runtime meanwhile (a step that naps holding it waits for a CPU at each
+ * wake on a loaded machine; a step that holds it for microseconds is
+ * seldom preempted there). */
+static __thread long long in_wait_since = -1;
+static __thread long long in_waits_ns;
+static __thread long long held_since = -1;
+static __thread long long held_in_waits_ns;
+/* Inside a blocking section (the runtime let go), as the hooks saw it: a C
+ * step may call rig_unblock and rig_block there, around its blocking call. */
+static __thread int runtime_released;
+
+static long long monotonic_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 /* This thread's time runnable but off a CPU so far, in ns; -1 unknown. */
 static long long own_queued_ns(void) {
   int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
@@ -111,6 +137,71 @@ static long long own_queued_ns(void) {
   unsigned long long ran, queued;
   if (sscanf(buf, "%llu %llu", &ran, &queued) != 2) return -1;
   return (long long)queued;
+}
+
+static void held_begin(long long now) { held_since = now; }
+
+static void held_end(long long now) {
+  if (held_since < 0) return;
+  held_in_waits_ns += now - held_since;
+  held_since = -1;
+}
+
+/* The runtime's hooks (caml/signals.h keeps their declarations for the
+ * runtime's own use). */
+extern void (*caml_enter_blocking_section_hook)(void);
+extern void (*caml_leave_blocking_section_hook)(void);
+
+static void (*runtime_enter_hook)(void);
+static void (*runtime_leave_hook)(void);
+
+/* errno is kept: a C step may read it after its blocking section ends. */
+static void noting_enter_hook(void) {
+  if (queue_accounting) {
+    runtime_released = 1;
+    if (held_since >= 0) {
+      int e = errno;
+      held_end(monotonic_ns());
+      errno = e;
+    }
+  }
+  runtime_enter_hook();
+}
+
+static void noting_leave_hook(void) {
+  runtime_leave_hook();
+  if (queue_accounting) {
+    runtime_released = 0;
+    if (in_wait_flag) {
+      int e = errno;
+      held_begin(monotonic_ns());
+      errno = e;
+    }
+  }
+}
+
+/* Chained once, as the primitives' module starts, after the threads
+ * library's (a dependency, started first) and before any thread is made:
+ * the runtime reads the hooks without a lock.  They stay; a thread that
+ * accounts nothing pays one thread-local test per blocking section. */
+value caml_rig_chain_runtime_hooks(value unit) {
+  (void)unit;
+  if (caml_enter_blocking_section_hook != noting_enter_hook) {
+    runtime_enter_hook = caml_enter_blocking_section_hook;
+    runtime_leave_hook = caml_leave_blocking_section_hook;
+    caml_enter_blocking_section_hook = noting_enter_hook;
+    caml_leave_blocking_section_hook = noting_leave_hook;
+  }
+  return Val_unit;
+}
+
+/* Whether the hooks are still the ones chained (a library that set its own
+ * later would have dropped them): without them, the time held in waits is
+ * the time in waits. */
+value caml_rig_runtime_hooks_chained(value unit) {
+  (void)unit;
+  return Val_bool(caml_enter_blocking_section_hook == noting_enter_hook
+                  && caml_leave_blocking_section_hook == noting_leave_hook);
 }
 
 static void note_left(void) {
@@ -177,15 +268,27 @@ void rig_unblock(void) {
     left_set(&premask);
   } else
     note_left();
-  if (queue_accounting) queued_at_unblock = own_queued_ns();
+  if (queue_accounting) {
+    queued_at_unblock = own_queued_ns();
+    in_wait_since = monotonic_ns();
+    if (!runtime_released) held_begin(in_wait_since);
+  }
 }
 
 void rig_block(void) {
+  int e = errno; /* the step's, for a C driver that reads it after this */
   if (queue_accounting && queued_at_unblock >= 0) {
     long long q = own_queued_ns();
     if (q >= queued_at_unblock) queued_in_waits += q - queued_at_unblock;
     queued_at_unblock = -1;
   }
+  if (queue_accounting && in_wait_since >= 0) {
+    long long now = monotonic_ns();
+    in_waits_ns += now - in_wait_since;
+    held_end(now);
+  }
+  errno = e;
+  in_wait_since = held_since = -1;
   if (masked_depth > 0 && shield_depth == 0) {
     sigset_t set;
     rig_blocked_set(&set);
@@ -308,8 +411,18 @@ value caml_rig_waits(value unit) { (void)unit; return Val_long(waits); }
 
 value caml_rig_account_queued_in_waits(value on) {
   queue_accounting = Bool_val(on);
-  queued_at_unblock = -1;
+  queued_at_unblock = in_wait_since = held_since = -1;
+  runtime_released = 0; /* called from OCaml: the runtime is held */
   return Val_unit;
+}
+
+value caml_rig_time_in_waits(value unit) {
+  CAMLparam1(unit);
+  CAMLlocal1(pair);
+  pair = caml_alloc_tuple(2);
+  Store_field(pair, 0, caml_copy_double((double)in_waits_ns / 1e6));
+  Store_field(pair, 1, caml_copy_double((double)held_in_waits_ns / 1e6));
+  CAMLreturn(pair);
 }
 
 value caml_rig_queued_in_waits(value unit) {

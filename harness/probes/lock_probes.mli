@@ -13,11 +13,16 @@
       until the mask opens; its OCaml handler must run only inside a wait
       ({!Rig_edge_primitives.in_wait}) or once the call has returned.
     - [probe.SIG-3.wait-releases-runtime]: while [sleep] blocks on an idle
-      device (still_ms 15 to 100), another OCaml thread must get to run.
-      It is judged on the time that thread waited for the runtime, from
-      the kernel's per-thread figures (schedstat), where they can be read;
-      elsewhere, or with RIG_CONFORM_SIG3_PROXIES=1 (for the tests of that
-      path), on its turns and pauses against a free wait's.
+      device (still_ms 15 to 100), its waits' steps must not keep the OCaml
+      runtime.  It is judged on the time the sleeping thread held it inside
+      its waits, as the runtime's blocking-section
+      hooks show it ({!Rig_edge_primitives.time_in_waits}); where they
+      cannot (or with RIG_CONFORM_SIG3_COUNTER=1, for the tests of that
+      path), and for sleeps that block outside any wait, on the time
+      another OCaml thread waited for the runtime, from the kernel's
+      per-thread figures (schedstat); elsewhere, or with
+      RIG_CONFORM_SIG3_PROXIES=1, on its turns and pauses against a free
+      wait's.
     - [probe.SIG-8.driver-threads-blocked]: every thread that appears in
       /proc/self/task while the devices open and run work must block (its
       SigBlk) every signal rig_mask blocks.
