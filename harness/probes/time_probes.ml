@@ -240,10 +240,11 @@ let time6_sleep_during_submit (module P : Package) ~seed =
    the device waits must not wait for that sleep (a lock the sleep keeps
    across its wait, which submit needs).  A sleep on the word as it reads,
    for [time6_beside_ms]; 100 ms after its thread started it, this one
-   submits and commits a Fill.  Judged twice:
-   each time, the submit returned as the sleep did (within 250 ms), and
-   took most of still_ms longer than one alone. *)
+   submits and commits a Fill.  Flagged when twice the submit returned
+   as the sleep did (within 250 ms) and took most of still_ms longer than
+   one alone; passed when once it took less. *)
 let time6_beside_ms = 1500
+let time6_beside_tries = 4
 
 (* Whether the thread of this process whose kernel id is [tid] is off a
    CPU, waiting (state S or D in /proc/self/task/<tid>/stat). *)
@@ -306,26 +307,41 @@ let time6_submit_beside_sleep (module P : Package) ~seed =
         | Ok v ->
             ignore (K.wait_value s dev v ~ms:3000);
             if ended > 0. && ended < t0 then `Not_beside
-            else if took > alone +. (0.5 *. float_of_int time6_beside_ms) && Float.abs (t1 -. ended) < 0.25 then `Waited took
-            else `Fine
+            else if took <= alone +. (0.5 *. float_of_int time6_beside_ms) then `Fine
+            else if Float.abs (t1 -. ended) < 0.25 then `Waited took
+            else `Slow took
       in
       (* the same submission alone succeeded three times just before *)
       let failed e =
         K.flag s "a submit and commit made while a sleep ~still_ms:%d of the device waited failed (%s), where three alone had succeeded"
           time6_beside_ms e
       in
-      match one_try () with
-      | `Not_beside -> raise (Skip "the sleep returned before the submit began")
-      | `Failed e -> failed e
-      | `Fine -> ()
-      | `Waited a -> (
+      (* A submission that was slow but did not end with the sleep (on a
+         loaded machine, one thread or the other ran late) shows neither
+         side: another try, up to [time6_beside_tries]; without a verdict
+         by then the half is not judged. *)
+      let rec tries n ~waited ~slow =
+        if n >= time6_beside_tries then
+          Case.report_unjudged
+            [ ( "TIME-6",
+                spf "in %d tries a submit and commit beside a sleep ~still_ms:%d were slow (%s ms; %.0f ms alone) %d time(s) without ending as the sleep did, and never fast"
+                  n time6_beside_ms (String.concat ", " (List.rev_map (spf "%.0f") (waited @ slow))) alone (List.length slow) ) ]
+        else
           match one_try () with
-          | `Waited b ->
-              K.flag s
-                "a submit and commit made while a sleep ~still_ms:%d of the device waited returned only as that sleep did, %.0f and %.0f ms after they began (%.0f ms alone): they waited for the sleep"
-                time6_beside_ms a b alone
+          | `Not_beside when n = 0 -> raise (Skip "the sleep returned before the submit began")
+          | `Not_beside -> tries (n + 1) ~waited ~slow
           | `Failed e -> failed e
-          | _ -> ()))
+          | `Fine -> ()
+          | `Slow t -> tries (n + 1) ~waited ~slow:(t :: slow)
+          | `Waited b -> (
+              match waited with
+              | a :: _ ->
+                  K.flag s
+                    "a submit and commit made while a sleep ~still_ms:%d of the device waited returned only as that sleep did, %.0f and %.0f ms after they began (%.0f ms alone): they waited for the sleep"
+                    time6_beside_ms a b alone
+              | [] -> tries (n + 1) ~waited:[ b ] ~slow)
+      in
+      tries 0 ~waited:[] ~slow:[])
 
 let cases =
   [
