@@ -346,8 +346,21 @@ module Make (D : Rig_edge.Driver) = struct
 
   let set_hang_ms ms = locked (fun () -> hang_ms := ms)
 
+  (* The stall is brought up to now: rig measured it after the last
+     signaled this layer saw, and a thread starved between the two (a
+     driver whose sleeps return at once spends its time there) made rig's
+     figure the longer by as much (STOP-1's "hung"). *)
   let lost_for_hang name =
-    locked (fun () -> List.iter (fun dev -> if dev.name = name && not dev.stopped then dev.lost_for_hang <- true) !devices)
+    locked (fun () ->
+        List.iter
+          (fun dev ->
+            if dev.name = name && not dev.stopped then begin
+              dev.lost_for_hang <- true;
+              match dev.stall with
+              | Some (_, since) -> dev.stalled_ms <- Float.max dev.stalled_ms (now_ms () -. since)
+              | None -> ()
+            end)
+          !devices)
 
   let await_in_flight ?(unless = fun () -> false) fn =
     locked (fun () ->
