@@ -215,6 +215,9 @@ let alloc_inside = Bytes.make 4096 '\000'
 
 (* The signaled-try-lock mutant's statistics, under a counted try-lock. *)
 let stats_mutex = Mutex.create ()
+
+(* The signaled-locks-inside-alloc mutant's lock. *)
+let inside_alloc_lock = P.Lock.create "fake.inside-alloc"
 let signaled_reads = ref 0
 
 let alloc_guard t f =
@@ -253,6 +256,14 @@ let alloc_guard t f =
   else if t.mut = m_make_table_uncounted || t.mut = m_grow_stats_uncounted then begin
     P.hold ();
     match Mutex.protect table_mutex f with v -> P.give (); v | exception e -> P.give (); raise e
+  end
+  else if t.mut = m_signaled_locks_inside_alloc then begin
+    (* marks the thread inside alloc, as alloc-not-reentrant does, for signaled *)
+    let k = Thread.id (Thread.self ()) land (Bytes.length alloc_inside - 1) in
+    Bytes.set alloc_inside k '\001';
+    match f () with
+    | v -> Bytes.set alloc_inside k '\000'; v
+    | exception e -> Bytes.set alloc_inside k '\000'; raise e
   end
   else if t.mut = m_alloc_not_reentrant then begin
     (* LOCK-9: no lock, but a thread already inside alloc is refused.  The
@@ -568,6 +579,8 @@ module D = struct
       c_word t.dev
     end
     else if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock (fun () -> c_word t.dev)
+    else if t.mut = m_signaled_locks_inside_alloc && Bytes.get alloc_inside (Thread.id (Thread.self ()) land (Bytes.length alloc_inside - 1)) = '\001'
+    then P.Lock.protect inside_alloc_lock (fun () -> c_word t.dev)
     else if t.mut = m_signaled_busy && Atomic.get alloc_busy > 0 then failwith "fake: signaled while the channel is busy"
     else if t.mut = m_signaled_consumes_fault && c_dead t.dev then begin
       Atomic.set fault_read_by t.id;

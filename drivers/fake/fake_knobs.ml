@@ -121,6 +121,7 @@ let mutant_table =
     ("locate-cache-self", "LOCK-9", "locate keeps a one-entry cache per thread that it fills itself on a miss, its key and value written with an allocation between them: a locate from a callback inside locate leaves one region's key beside another's place", 112);
     ("locate-cache-torn", "LOCK-9", "locate keeps a one-entry cache per thread that alloc primes, its key and value written with an allocation between them: a locate from a callback there leaves one region's key beside another's place", 101);
     ("signaled-try-lock", "LOCK-5", "signaled counts its reads under a try-lock of its own (counted with rig_hold; it never blocks)", 64);
+    ("signaled-locks-inside-alloc", "LOCK-5", "signaled takes a counted lock of its own (never held long) only on a thread inside alloc, where it reads the word under the lock that alloc's bookkeeping would use: a signaled from a callback of alloc's takes it", 127);
     ("alloc-not-reentrant", "LOCK-9", "alloc takes no lock but raises when a thread already inside alloc calls it (from a callback)", 63);
     ("signaled-busy", "LOCK-9", "signaled raises while an alloc is running (a device channel it shares, no lock)", 33);
     ("openers-cached", "LOCK-4", "the capability keeps its list from the first call and answers later calls from it without the check of rig_holds ()", 47);
@@ -206,6 +207,7 @@ let m_exit_handler_half_shielded = 124
 let m_exit_handler_waits_unshielded = 125
 let m_alloc_not_reentrant = 63
 let m_signaled_try_lock = 64
+let m_signaled_locks_inside_alloc = 127
 let m_sleep_fault_unblocked = 65
 let m_sleep_wait_masked = 69
 let m_entry_lock_uncounted = 70

@@ -80,6 +80,7 @@ val m_exit_handler_half_shielded : int
 val m_exit_handler_waits_unshielded : int
 val m_alloc_not_reentrant : int
 val m_signaled_try_lock : int
+val m_signaled_locks_inside_alloc : int
 val m_sleep_fault_unblocked : int
 val m_sleep_wait_masked : int
 val m_entry_lock_uncounted : int

@@ -196,16 +196,20 @@ let note clause detail =
    that takes no lock may be called there (LOCK-9); locate, peer and signaled
    take none (LOCK-5).  A take of a lock the thread holds raises
    Invalid_argument (LOCK-7) or, for a plain mutex, Sys_error; a lock left
-   counted changes rig_holds. *)
+   counted changes rig_holds; a counted lock taken and given back shows in
+   the thread's activity less its waits. *)
 let probe_call ~inside what g =
-  let before = P.holds () in
+  let before = P.holds () and takes () = P.activity () - P.waits () in
+  let takes_before = takes () in
   Atomic.set current_probe (Some (Printf.sprintf "%s from a callback inside %s" what inside));
   let outcome = match g () with () -> None | exception e -> Some e in
   Atomic.set current_probe None;
-  let after = P.holds () in
+  let after = P.holds () and took = takes () - takes_before in
   if after <> before then
     note "LOCK-5"
-      (Printf.sprintf "%s called from a callback inside %s left rig_holds at %d, not %d" what inside after before);
+      (Printf.sprintf "%s called from a callback inside %s left rig_holds at %d, not %d" what inside after before)
+  else if took > 0 then
+    note "LOCK-5" (Printf.sprintf "%s called from a callback inside %s took a counted lock (%d take(s) while it ran)" what inside took);
   match outcome with
   | None -> ()
   | Some (Invalid_argument s) ->
