@@ -62,6 +62,7 @@ SETS = [
     ("test_blind_s3d", "BLINDS3D"),
     ("test_blind_tq", "BLINDTQ"),
     ("test_blind_iv", "BLINDIV"),
+    ("test_blind_nj", "BLINDNJ"),
 ]
 
 
