@@ -277,15 +277,16 @@ void rig_unblock(void) {
 
 void rig_block(void) {
   int e = errno; /* the step's, for a C driver that reads it after this */
-  if (queue_accounting && queued_at_unblock >= 0) {
-    long long q = own_queued_ns();
-    if (q >= queued_at_unblock) queued_in_waits += q - queued_at_unblock;
-    queued_at_unblock = -1;
-  }
+  /* the clock first: the read of the kernel's figure is no time held */
   if (queue_accounting && in_wait_since >= 0) {
     long long now = monotonic_ns();
     in_waits_ns += now - in_wait_since;
     held_end(now);
+  }
+  if (queue_accounting && queued_at_unblock >= 0) {
+    long long q = own_queued_ns();
+    if (q >= queued_at_unblock) queued_in_waits += q - queued_at_unblock;
+    queued_at_unblock = -1;
   }
   errno = e;
   in_wait_since = held_since = -1;

@@ -443,10 +443,10 @@ module Probe (Pk : Rig_edge.Package) = struct
      Where the runtime's blocking-section hooks are the primitives' (they
      chain them as they start: time_in_waits), the sleeping thread's own
      hold of the runtime inside its waits is read from the runtime's side
-     and judges alone (kept_in_waits below); the
-     counter judges where it cannot, or where sleeps block outside any
-     wait.  The measures vote: a measure that shows a plainly released runtime counts
-     two votes, another one.  A kept runtime is reported when three
+     and judges alone (kept_in_waits below); the counter judges where it
+     cannot, or where sleeps block outside any wait.  The measures vote: a
+     measure that shows a plainly released runtime counts two votes,
+     another one.  A kept runtime is reported when three
      measures show it; a released one when its votes reach two more than
      the kept measures (two with none kept: one plain measure ends the
      vote, as before; after a kept one it does not).  After
@@ -694,8 +694,9 @@ module Probe (Pk : Rig_edge.Package) = struct
      for a CPU at each wake on a loaded machine; taken off, that hid three
      blind drivers in the suite), and a step that holds it for
      microseconds is seldom preempted there.  The same bars as the
-     counter's, without a free share.  The counter judges where the hooks cannot (a library set
-     its own) and sleeps that block outside any wait. *)
+     counter's, without a free share.  The counter judges where the hooks
+     cannot (a library set its own) and sleeps that block outside any
+     wait. *)
   let in_waits m = match m.held_in_waits with Some d when m.waits_entered > 0 -> Some d | _ -> None
 
   let kept_in_waits m (total, (wh, wl, _)) =
@@ -704,7 +705,7 @@ module Probe (Pk : Rig_edge.Package) = struct
   let kept_by_counter m = match m.held with Some h -> kept_held m h | None -> kept_rate m || kept_pause m
   let kept m = match in_waits m with Some d -> kept_in_waits m d | None -> kept_by_counter m
 
-  (* At twice the kept share a runtime is plainly released: one such
+  (* A plainly released runtime: before any kept measure, one such
      measure is the whole vote, so a conforming wait costs one measure. *)
   let clearly_released m =
     match in_waits m with
@@ -783,7 +784,7 @@ module Probe (Pk : Rig_edge.Package) = struct
                 m.calls m.blocked_ms m.median_unqueued_ms))
     | Ok (_, _, m, _) when starved m ->
         raise (Skip (spf "another OCaml thread turned only %.3f times a ms while the probe waited in Thread.delay: the runtime is too busy to judge a wait by" m.free_rate))
-    | Ok (kept_n, released_n, m, _) when kept_n >= kept_votes ->
+    | Ok (kept_n, _, m, measures) when kept_n >= kept_votes ->
         let shown =
           match (in_waits m, m.held) with
           | Some (total, (wh, wl, ws)), _ ->
@@ -807,7 +808,7 @@ module Probe (Pk : Rig_edge.Package) = struct
                 spf "another OCaml thread did not run for %.0f ms on end within one sleep of still_ms %d, where its longest pause while the probe waits in Thread.delay is %.1f ms"
                   (fst m.pause_in_sleep) (snd m.pause_in_sleep) m.pause_free)
         in
-        [ finding "SIG-3" "while sleep blocked (%d call(s), %.0f ms in all, the word unmoved), %s (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime" m.calls m.blocked_ms shown kept_n (kept_n + released_n) ]
+        [ finding "SIG-3" "while sleep blocked (%d call(s), %.0f ms in all, the word unmoved), %s (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime" m.calls m.blocked_ms shown kept_n measures ]
     | Ok (kept_n, released_n, _, measures) when released_n < released_votes + kept_n ->
         (* the load moved under the measures: neither verdict is earned *)
         Case.report_unjudged
