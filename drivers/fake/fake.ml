@@ -218,6 +218,19 @@ let stats_mutex = Mutex.create ()
 
 (* The signaled-locks-inside-alloc mutant's lock. *)
 let inside_alloc_lock = P.Lock.create "fake.inside-alloc"
+
+(* Whether the calling thread is inside alloc (alloc-not-reentrant,
+   signaled-locks-inside-alloc): a byte per thread, set and cleared
+   without allocating, so that an asynchronous exception leaves no mark. *)
+let inside_alloc_slot () = Thread.id (Thread.self ()) land (Bytes.length alloc_inside - 1)
+let thread_inside_alloc () = Bytes.get alloc_inside (inside_alloc_slot ()) = '\001'
+
+let marked_inside_alloc f =
+  let k = inside_alloc_slot () in
+  Bytes.set alloc_inside k '\001';
+  match f () with
+  | v -> Bytes.set alloc_inside k '\000'; v
+  | exception e -> Bytes.set alloc_inside k '\000'; raise e
 let signaled_reads = ref 0
 
 let alloc_guard t f =
@@ -257,25 +270,11 @@ let alloc_guard t f =
     P.hold ();
     match Mutex.protect table_mutex f with v -> P.give (); v | exception e -> P.give (); raise e
   end
-  else if t.mut = m_signaled_locks_inside_alloc then begin
-    (* marks the thread inside alloc, as alloc-not-reentrant does, for signaled *)
-    let k = Thread.id (Thread.self ()) land (Bytes.length alloc_inside - 1) in
-    Bytes.set alloc_inside k '\001';
-    match f () with
-    | v -> Bytes.set alloc_inside k '\000'; v
-    | exception e -> Bytes.set alloc_inside k '\000'; raise e
-  end
+  else if t.mut = m_signaled_locks_inside_alloc then marked_inside_alloc f
   else if t.mut = m_alloc_not_reentrant then begin
-    (* LOCK-9: no lock, but a thread already inside alloc is refused.  The
-       mark is a byte per thread, set and cleared without allocating, so
-       that only the re-entry is refused, not a later call after an
-       asynchronous exception. *)
-    let k = Thread.id (Thread.self ()) land (Bytes.length alloc_inside - 1) in
-    if Bytes.get alloc_inside k = '\001' then failwith "fake: alloc entered again on a thread inside it";
-    Bytes.set alloc_inside k '\001';
-    match f () with
-    | v -> Bytes.set alloc_inside k '\000'; v
-    | exception e -> Bytes.set alloc_inside k '\000'; raise e
+    (* LOCK-9: no lock, but a thread already inside alloc is refused *)
+    if thread_inside_alloc () then failwith "fake: alloc entered again on a thread inside it";
+    marked_inside_alloc f
   end
   else f ()
 
@@ -579,8 +578,7 @@ module D = struct
       c_word t.dev
     end
     else if t.mut = m_signaled_takes_lock then P.Lock.protect alloc_lock (fun () -> c_word t.dev)
-    else if t.mut = m_signaled_locks_inside_alloc && Bytes.get alloc_inside (Thread.id (Thread.self ()) land (Bytes.length alloc_inside - 1)) = '\001'
-    then P.Lock.protect inside_alloc_lock (fun () -> c_word t.dev)
+    else if t.mut = m_signaled_locks_inside_alloc && thread_inside_alloc () then P.Lock.protect inside_alloc_lock (fun () -> c_word t.dev)
     else if t.mut = m_signaled_busy && Atomic.get alloc_busy > 0 then failwith "fake: signaled while the channel is busy"
     else if t.mut = m_signaled_consumes_fault && c_dead t.dev then begin
       Atomic.set fault_read_by t.id;
