@@ -699,8 +699,10 @@ module Probe (Pk : Rig_edge.Package) = struct
      wait. *)
   let in_waits m = match m.held_in_waits with Some d when m.waits_entered > 0 -> Some d | _ -> None
 
-  let kept_in_waits m (total, (wh, wl, _)) =
-    (total >= held_floor_ms && total >= held_share *. m.blocked_ms) || (wh >= held_floor_ms && wh >= held_share_one *. wl)
+  let kept_in_waits_ms ~blocked_ms (total, (wh, wl, _)) =
+    (total >= held_floor_ms && total >= held_share *. blocked_ms) || (wh >= held_floor_ms && wh >= held_share_one *. wl)
+
+  let kept_in_waits m d = kept_in_waits_ms ~blocked_ms:m.blocked_ms d
 
   let kept_by_counter m = match m.held with Some h -> kept_held m h | None -> kept_rate m || kept_pause m
   let kept m = match in_waits m with Some d -> kept_in_waits m d | None -> kept_by_counter m
@@ -819,6 +821,87 @@ module Probe (Pk : Rig_edge.Package) = struct
     | Ok _ -> []
 end
 
+(* SIG-3 with work running: the idle probe above sleeps on an idle device
+   only, and a step may keep the runtime only while the device has work in
+   flight ("completion is near, poll for latency": blind nj-sig3-busy-poll
+   naps 200 us holding it, then, on an idle device, waits as it should).
+   With the kit's hang launched (the word stays put), sleeps of the same
+   still_ms cycle until as much blocked time, judged only on the sleeping
+   thread's own hold inside its waits (time_in_waits), with the idle
+   probe's bars and vote: the other thread's measures would blame the
+   device's own threads that run the work.  Where the hooks are not the
+   primitives', the idle probe judges alone. *)
+let sig3_busy (module Pk : Rig_edge.Package) ~seed =
+  let module K = Probes.Kit (Pk) in
+  let module Pr = Probe (Pk) in
+  K.run ~clause:"SIG-3" ~seed (fun s ->
+      if not (Pr.hooks_judge && P.runtime_hooks_chained ()) then
+        raise (Probes.Skip "the runtime's blocking-section hooks are not the primitives': the idle probe judges SIG-3 alone");
+      let hang = K.need_item "hang" Pk.kit.hang in
+      let dev = K.open_first s in
+      let h = K.kit_entry s dev "hang" hang in
+      ignore (K.launch dev h "hang");
+      dev.hung <- true;
+      let w = Pk.D.signaled dev.d in
+      (* One measure: sleeps until [blocked_goal_ms] spent inside them, on a
+         thread of its own (bounded), since a sleep with work hanging that
+         never returns is TIME-4's, not this clause's. *)
+      let one_measure () =
+        let run () =
+          P.account_queued_in_waits true;
+          Fun.protect ~finally:(fun () -> P.account_queued_in_waits false) (fun () ->
+              let waits0 = P.waits () in
+              let rec go ~calls ~blocked_ms ~own =
+                if blocked_ms >= Pr.blocked_goal_ms || calls >= Pr.max_sleeps then (calls, blocked_ms, own, None)
+                else
+                  let still_ms = Pr.still_cycle.(calls mod Array.length Pr.still_cycle) in
+                  let _, held0 = P.time_in_waits () and t0 = Probes.now () in
+                  match P.masked (fun () -> Pk.D.sleep dev.d ~seen:w ~still_ms) with
+                  | () ->
+                      let _, held1 = P.time_in_waits () and ms = (Probes.now () -. t0) *. 1000. in
+                      go ~calls:(calls + 1) ~blocked_ms:(blocked_ms +. ms) ~own:((held1 -. held0, ms, still_ms) :: own)
+                  | exception Pk.D.Fault why -> (calls, blocked_ms, own, Some why)
+              in
+              let calls, blocked_ms, own, faulted = go ~calls:0 ~blocked_ms:0. ~own:[] in
+              (calls, blocked_ms, own, faulted, P.waits () - waits0))
+        in
+        match Probes.watch ~ms:(int_of_float (Pr.blocked_goal_ms *. 4.) + 8000) run with
+        | Probes.Done r -> r
+        | Probes.Raised e -> raise (Probes.Skip (spf "a sleep with work hanging raised %s" (Printexc.to_string e)))
+        | Probes.Late -> raise (Probes.Skip "a sleep with work hanging did not return within 9 s (TIME-4's probe judges that)")
+      in
+      let rec vote ~measures ~kept_n ~released_n =
+        let calls, blocked_ms, own, faulted, waits_entered = one_measure () in
+        match faulted with
+        | Some why -> raise (Probes.Skip (spf "sleep with work hanging raised Fault (%s) after %d call(s): no blocked time to judge" why calls))
+        | None when waits_entered = 0 || own = [] ->
+            raise (Probes.Skip (spf "%d sleep(s) with work hanging entered no wait: no blocking step to judge" calls))
+        | None ->
+            let total = List.fold_left (fun t (h, _, _) -> t +. h) 0. own in
+            let share (h, l, _) = if l > 0. then h /. l else 0. in
+            let worst = List.fold_left (fun w x -> if share x > share w then x else w) (List.hd own) (List.tl own) in
+            let kept = Pr.kept_in_waits_ms ~blocked_ms (total, worst) in
+            let kept_n, released_n =
+              if kept then (kept_n + 1, released_n)
+              else if total < Pr.held_plain_share *. blocked_ms then (kept_n, released_n + Pr.released_votes)
+              else (kept_n, released_n + 1)
+            in
+            let measures = measures + 1 in
+            if kept_n >= Pr.kept_votes then
+              let wh, wl, ws = worst in
+              K.flag s
+                "while sleep blocked with work hanging (%d call(s), %.0f ms in all, the word unmoved), the sleeping thread held the OCaml runtime inside its waits (outside any blocking section) %.0f ms, %.0f ms of one %.0f-ms sleep of still_ms %d (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime"
+                calls blocked_ms total wh wl ws kept_n measures
+            else if released_n >= Pr.released_votes + kept_n then ()
+            else if measures >= Pr.max_measures then
+              Case.report_unjudged
+                [ ( "SIG-3",
+                    spf "of %d measures of sleep with work hanging, %d showed the runtime kept and %d released it (%d votes, a plainly released one counting two): too few either way"
+                      measures kept_n (measures - kept_n) released_n ) ]
+            else vote ~measures ~kept_n ~released_n
+      in
+      vote ~measures:0 ~kept_n:0 ~released_n:0)
+
 module type M = sig
   val lock4 : unit -> finding list
   val sig8 : seed:int -> finding list
@@ -841,5 +924,6 @@ let cases =
     case "probe.LOCK-4.refused-in-lock" "LOCK-4" (fun (module M : M) ~seed:_ -> M.lock4 ());
     case "probe.SIG-2.handler-in-waits" "SIG-2" (fun (module M : M) ~seed -> M.sig2 ~seed);
     case "probe.SIG-3.wait-releases-runtime" "SIG-3" (fun (module M : M) ~seed -> M.sig3 ~seed);
+    { name = "probe.SIG-3.busy-wait-releases-runtime"; clauses = [ "SIG-3" ]; run = (fun pk ~seed -> sig3_busy pk ~seed) };
     case "probe.SIG-8.driver-threads-blocked" "SIG-8" (fun (module M : M) ~seed -> M.sig8 ~seed);
   ]

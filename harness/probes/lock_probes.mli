@@ -23,6 +23,10 @@
       per-thread figures (schedstat); elsewhere, or with
       RIG_CONFORM_SIG3_PROXIES=1, on its turns and pauses against a free
       wait's.
+    - [probe.SIG-3.busy-wait-releases-runtime]: the same sleeps with the
+      kit's hang in flight (a step may keep the runtime only while work
+      runs), judged on the sleeping thread's hold inside its waits alone;
+      n/a where the hooks are not the primitives'.
     - [probe.SIG-8.driver-threads-blocked]: every thread that appears in
       /proc/self/task while the devices open and run work must block (its
       SigBlk) every signal rig_mask blocks.

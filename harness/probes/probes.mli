@@ -76,6 +76,12 @@ val word_reaches : signaled:(unit -> int) -> last:int -> ms:int -> bool
 (** The driver lacks what the case needs: the case is Not_applicable. *)
 exception Skip of string
 
+type 'a watched = Done of 'a | Raised of exn | Late
+
+(** [watch ~ms f] runs [f] on a thread of its own and waits for it at most
+    [ms] milliseconds; [Late] leaves that thread running. *)
+val watch : ms:int -> (unit -> 'a) -> 'a watched
+
 (** [Kit.open_dev]'s opener's make raised (the reason): the run judges
     nothing of its clause, and says why, unless the case catches it. *)
 exception Not_opened of string
