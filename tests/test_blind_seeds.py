@@ -63,6 +63,7 @@ SETS = [
     ("test_blind_tq", "BLINDTQ"),
     ("test_blind_iv", "BLINDIV"),
     ("test_blind_nj", "BLINDNJ"),
+    ("test_blind_bw", "BLINDBW"),
 ]
 
 
