@@ -72,7 +72,10 @@ type t = {
   cfg : config;
   mut : int;
   stopped : bool Atomic.t;
-  shadow : int Atomic.t;  (** the word as the last sleep saw it: the signaled-shadow mutant reads it *)
+  shadow : int Atomic.t;
+      (** the word as the last sleep saw it (the signaled-shadow mutant reads
+          it), or as signaled-cached's last refresh did *)
+  signaled_calls : int Atomic.t;  (** signaled-cached's calls so far *)
   reads_after_stop : int Atomic.t;  (** the signaled-gone-after-stop mutant's count *)
   sleepers : sleepers;  (** the commit-fails-beside-sleep mutant's *)
   nth_open : int;  (** 1 for the first open of its name, 2 for the next...: the peer-two-opens mutant reads it *)
@@ -565,6 +568,10 @@ module D = struct
     else if t.mut = m_signaled_gone_after_stop && Atomic.get t.stopped && Atomic.fetch_and_add t.reads_after_stop 1 > 0 then
       raise (Fault "fake: the word's page was released at stop")
     else if t.mut = m_signaled_shadow then Atomic.get t.shadow
+    else if t.mut = m_signaled_cached then begin
+      if Atomic.fetch_and_add t.signaled_calls 1 land 7 = 0 then Atomic.set t.shadow (c_word t.dev);
+      Atomic.get t.shadow
+    end
     else if t.mut = m_signaled_low_word then c_word t.dev land 0xFFFF_FFFF
     else if t.mut = m_signaled_last_submitted then c_last_value t.dev
     else if t.mut = m_signaled_try_lock then begin
@@ -718,6 +725,7 @@ let open_device slot =
       mut;
       stopped;
       shadow = Atomic.make 0;
+      signaled_calls = Atomic.make 0;
       reads_after_stop = Atomic.make 0;
       sleepers;
       nth_open = 1 + Atomic.fetch_and_add opens_of_name.(slot) 1;

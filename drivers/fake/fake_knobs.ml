@@ -98,6 +98,7 @@ let mutant_table =
     ("grow-publishes-rest", "QUEUE-1", "grow makes whole chunks of 16 slots, keeps for its thread what it needs and puts the rest straight into the pool room reads", 103);
     ("signaled-low-word", "TIME-1", "signaled answers the word's low 32 bits", 49);
     ("signaled-shadow", "TIME-1", "signaled answers the word as the last sleep saw it, not the word", 23);
+    ("signaled-cached", "TIME-1", "signaled answers a copy of the word it refreshes on every 8th call only (a cheap read for a hot path)", 129);
     ("sleep-awaits-commit", "TIME-6", "sleep first waits until no commit of the device runs (3000 ms cap)", 45);
     ("submit-awaits-sleep", "TIME-6", "submit and commit first wait until no sleep of the device waits (3000 ms cap)", 66);
     ("commit-fails-beside-sleep", "TIME-6", "commit fails while a sleep of the device waits (OCaml side only)", 100);
@@ -174,6 +175,7 @@ let m_image_takes_anything = 6
 let m_prepare_reports = 10
 let m_stop_drops_word = 18
 let m_signaled_shadow = 23
+let m_signaled_cached = 129
 let m_free_touches_new = 20
 let m_unlock_by_hand = 30
 let m_alloc_in_protect_gap = 31

@@ -37,6 +37,7 @@ val m_image_takes_anything : int
 val m_prepare_reports : int
 val m_stop_drops_word : int
 val m_signaled_shadow : int
+val m_signaled_cached : int
 val m_free_touches_new : int
 val m_unlock_by_hand : int
 val m_alloc_in_protect_gap : int

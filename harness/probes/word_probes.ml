@@ -162,14 +162,76 @@ module Probe (Pk : Rig_edge.Package) = struct
               let found = rounds 0 (List.init 32 (fun _ -> 16) @ [ 512 ]) 0 in
               (!submitted, found)
             in
+            (* The word's own bytes, where the driver keeps a word the host
+               reaches (locate of facts.own_word): its value as a 64-bit
+               little-endian integer, None where it cannot be read. *)
+            let word_bytes =
+              match facts.own_word with
+              | None -> None
+              | Some w -> (
+                  match P.masked (fun () -> D.locate d w) with
+                  | exception _ -> None
+                  | { reach = Some f; size; _ } when size >= 8 ->
+                      Some
+                        (fun () ->
+                          let into = Bytes.create 8 in
+                          match P.masked (fun () -> f (Rig_edge.Read { off = 0; into })) with
+                          | () -> Some (Int64.to_int (Bytes.get_int64_le into 0))
+                          | exception _ -> None)
+                  | _ -> None)
+            in
+            (* Work done and no more given, the word holds its value for
+               good: signaled, called only then, must answer it.  The work
+               is waited for through the word's bytes alone (never
+               signaled), so that a signaled that answers a copy of an
+               earlier read (a cache refreshed now and then) shows it.  Only
+               where the bytes read as the value signaled answered before
+               (their layout is the driver's); three rounds. *)
+            let cached ~from =
+              match word_bytes with
+              | None -> (from, [], false)
+              | Some bytes when bytes () <> Some from -> (from, [], false)
+              | Some bytes ->
+                  let rec round v k =
+                    if k = 0 then (v - 1, [], false)
+                    else
+                      let s = Rig_edge.encode [ Rig_edge.Fill { dst = place.handle; off = 0; len = 4; byte = v land 0xff } ] in
+                      if not (Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:3
+                              && P.masked (fun () -> q.submit s ~value:v) && P.masked (fun () -> q.commit ()))
+                      then (v, [], true)
+                      else
+                        let deadline = Unix.gettimeofday () +. settle_s in
+                        let rec settle () =
+                          match bytes () with
+                          | Some b when b = v -> true
+                          | _ when Unix.gettimeofday () > deadline -> false
+                          | _ -> Thread.delay 0.001; settle ()
+                        in
+                        if not (settle ()) then (v, [], true)
+                        else
+                          let w = D.signaled d in
+                          if w <> v && bytes () = Some v then
+                            ( v,
+                              [ finding "TIME-1"
+                                  "with the work of value %d done and no other given, the driver's word held %d (its bytes, read through locate of facts.own_word, before and after the call) and signaled answered %d: signaled does not answer the value in the word"
+                                  v v w ],
+                              false )
+                          else round (v + 1) (k - 1)
+                  in
+                  round (from + 1) 3
+            in
             let byte = 1 + (seed mod 250) in
             let found = show ~value:1 ~byte in
+            (* [given]: the last value given to submit; [Some v] when a
+               submit or wait of the cached rounds failed (the device may be
+               lost): nothing more is asked of it. *)
+            let given, found, refused = if found = [] then cached ~from:1 else (1, found, false) in
             (* Values are 64-bit and increase per device: the next one at
                2^32 or more, which a word read through 32 bits loses. *)
-            let last = if found = [] then (1 lsl 32) + 1 + (seed mod 1000) else 1 in
-            let found = if found = [] then show ~value:last ~byte:(1 + (byte mod 250)) else found in
-            let last, found = if found = [] then torn ~after:last else (last, found) in
-            let hung_value, found = if found = [] then ahead_of_hang ~value:(last + 1) else (None, found) in
+            let last = if found = [] && not refused then (1 lsl 32) + 1 + (seed mod 1000) else given in
+            let found = if found = [] && not refused then show ~value:last ~byte:(1 + (byte mod 250)) else found in
+            let last, found = if found = [] && not refused then torn ~after:last else (last, found) in
+            let hung_value, found = if found = [] && not refused then ahead_of_hang ~value:(last + 1) else (None, found) in
             let last = Option.value hung_value ~default:last in
             P.masked (fun () -> D.stop d ~fault:(Option.map (fun _ -> "hang bound") hung_value));
             (* rig drops signaled's faults after stop, but reads the word
