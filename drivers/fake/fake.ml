@@ -602,6 +602,8 @@ module D = struct
             (* the rest of the wait "is short": a plain wait, runtime kept *)
             let half = still / 2 in
             c_sleep dev seen half || (c_word dev = seen && c_sleep_holding dev seen (still - half))
+          else if t.mut = m_sleep_keeps_runtime_short then fun dev seen still ->
+            if still <= 5 then c_sleep_holding dev seen still else c_sleep dev seen still
           else if t.mut = m_sleep_keeps_runtime_busy then fun dev seen still ->
             (* "completion is near, poll for it": only with work in flight *)
             if c_last_value dev <> c_word dev then c_sleep_holding dev seen still else c_sleep dev seen still

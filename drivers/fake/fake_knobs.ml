@@ -132,6 +132,7 @@ let mutant_table =
     ("sleep-fault-unblocked", "SIG-2", "sleep's wait calls rig_block after its blocking step only when it saw no fault: a sleep that raises Fault leaves signals unblocked", 65);
     ("sleep-keeps-runtime", "SIG-3", "sleep's blocking step keeps the OCaml runtime", 36);
     ("sleep-keeps-runtime-late", "SIG-3", "sleep's blocking step releases the OCaml runtime for the first half of still_ms, then, the word unmoved, waits out the rest with it kept", 94);
+    ("sleep-keeps-runtime-short", "SIG-3", "sleep's blocking step keeps the OCaml runtime when still_ms is 5 or less (too short to block for, it spins); longer sleeps release it", 130);
     ("sleep-keeps-runtime-busy", "SIG-3", "sleep's blocking step keeps the OCaml runtime while the device has work given and not done (it polls for a near completion); on an idle device it releases it", 128);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
     ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
@@ -227,6 +228,7 @@ let m_prepare_fault_after_make = 92
 let m_prepare_fault_marks = 93
 let m_sleep_keeps_runtime_late = 94
 let m_sleep_keeps_runtime_busy = 128
+let m_sleep_keeps_runtime_short = 130
 let m_prepare_evicts_first = 95
 let m_prepare_evicts_pooled = 96
 let m_prepare_steals_when_short = 97

@@ -452,7 +452,7 @@ module Probe (Pk : Rig_edge.Package) = struct
      vote, as before; after a kept one it does not).  After
      seven measures without either, SIG-3 is not judged in that run. *)
   let blocked_goal_ms = 250.
-  let still_cycle = [| 100; 15; 40; 20; 60 |]
+  let still_cycle = [| 100; 15; 40; 2; 20; 60; 5; 1; 10 |]
   let max_sleeps = 400
   let kept_share = 0.25
   let free_wait_max_ms = 4000.
@@ -488,6 +488,31 @@ module Probe (Pk : Rig_edge.Package) = struct
     worst : float * float * int;  (** the sleep held most beyond free_share: held ms, its length, its still_ms *)
   }
 
+  (* Short sleeps, as a group: a step may keep the runtime only for a
+     timeout it deems too short to block for ("spin for latency"), which
+     one sleep's bar (10 ms) cannot meet. *)
+  let short_still_ms = 10
+  let short_floor_ms = 5.
+  let short_share = 0.25
+
+  (** The sleeping thread's own hold of the runtime inside its waits. *)
+  type own_hold = {
+    own_total : float;  (** ms held over all sleeps *)
+    own_worst : float * float * int;  (** the sleep held the largest share: ms held, its length, its still_ms *)
+    own_short : float * float;  (** over the sleeps of still_ms [short_still_ms] or less: ms held, their ms *)
+  }
+
+  (* From each sleep's (ms held, length, still_ms); None without sleeps. *)
+  let own_hold = function
+    | [] -> None
+    | first :: rest as own ->
+        let share (h, l, _) = if l > 0. then h /. l else 0. in
+        let shorts = List.filter (fun (_, _, st) -> st <= short_still_ms) own in
+        Some
+          { own_total = List.fold_left (fun t (h, _, _) -> t +. h) 0. own;
+            own_worst = List.fold_left (fun w x -> if share x > share w then x else w) first rest;
+            own_short = List.fold_left (fun (th, tl) (h, l, _) -> (th +. h, tl +. l)) (0., 0.) shorts }
+
   type sig3_measure = {
     calls : int;
     blocked_ms : float;
@@ -500,7 +525,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     pause_in_sleep : float * int;  (** the longest pause within one sleep, and that sleep's still_ms *)
     pause_free : float;  (** the longest pause within a free wait *)
     held : held option;  (** None where the kernel's figures cannot be read *)
-    held_in_waits : (float * (float * float * int)) option;
+    held_in_waits : own_hold option;
         (** the time the sleeping thread held the OCaml runtime inside its
             waits, outside blocking sections: over all sleeps, and in the
             sleep where it was the largest share (ms held, the sleep's
@@ -618,13 +643,7 @@ module Probe (Pk : Rig_edge.Package) = struct
       Fun.protect ~finally:(fun () -> P.account_queued_in_waits false) (fun () ->
           sleeps ~calls:0 ~blocked_ms:0. ~unqueued:[] ~inside:0 ~windows:[] ~helds:[] ~outside:[] ~own:[])
     in
-    let held_in_waits =
-      if own = [] || (not hooks_judge) || not (P.runtime_hooks_chained ()) then None
-      else
-        let total = List.fold_left (fun t (h, _, _) -> t +. h) 0. own in
-        let share (h, l, _) = if l > 0. then h /. l else 0. in
-        Some (total, List.fold_left (fun w x -> if share x > share w then x else w) (List.hd own) (List.tl own))
-    in
+    let held_in_waits = if (not hooks_judge) || not (P.runtime_hooks_chained ()) then None else own_hold own in
     let waits_entered = P.waits () - waits0 in
     let r1, f1, h1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
     (* The nap under way at the last mark is noted once the counter has
@@ -699,8 +718,18 @@ module Probe (Pk : Rig_edge.Package) = struct
      wait. *)
   let in_waits m = match m.held_in_waits with Some d when m.waits_entered > 0 -> Some d | _ -> None
 
-  let kept_in_waits_ms ~blocked_ms (total, (wh, wl, _)) =
-    (total >= held_floor_ms && total >= held_share *. blocked_ms) || (wh >= held_floor_ms && wh >= held_share_one *. wl)
+  let kept_in_waits_ms ~blocked_ms h =
+    let wh, wl, _ = h.own_worst and sh, sl = h.own_short in
+    (h.own_total >= held_floor_ms && h.own_total >= held_share *. blocked_ms)
+    || (wh >= held_floor_ms && wh >= held_share_one *. wl)
+    || (sh >= short_floor_ms && sh >= short_share *. sl)
+
+  let plainly_released_ms ~blocked_ms h = (not (kept_in_waits_ms ~blocked_ms h)) && h.own_total < held_plain_share *. blocked_ms
+
+  let describe_hold ~blocked_ms h =
+    let wh, wl, ws = h.own_worst and sh, sl = h.own_short in
+    spf "the sleeping thread held the OCaml runtime inside its waits (outside any blocking section) %.0f ms of the sleeps' %.0f ms, %.0f ms of one %.0f-ms sleep of still_ms %d, %.1f ms of the %.1f ms of those of still_ms %d or less"
+      h.own_total blocked_ms wh wl ws sh sl short_still_ms
 
   let kept_in_waits m d = kept_in_waits_ms ~blocked_ms:m.blocked_ms d
 
@@ -711,7 +740,7 @@ module Probe (Pk : Rig_edge.Package) = struct
      measure is the whole vote, so a conforming wait costs one measure. *)
   let clearly_released m =
     match in_waits m with
-    | Some ((total, _) as d) -> (not (kept_in_waits m d)) && total < held_plain_share *. m.blocked_ms
+    | Some h -> plainly_released_ms ~blocked_ms:m.blocked_ms h
     | None -> (
     match m.held with
     | Some h -> h.in_sleeps < (h.free_share +. held_plain_share) *. m.blocked_ms
@@ -789,9 +818,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     | Ok (kept_n, _, m, measures) when kept_n >= kept_votes ->
         let shown =
           match (in_waits m, m.held) with
-          | Some (total, (wh, wl, ws)), _ ->
-              spf "the sleeping thread held the OCaml runtime inside its waits (outside any blocking section) %.0f ms of the sleeps' %.0f ms, %.0f ms of one %.0f-ms sleep of still_ms %d"
-                total m.blocked_ms wh wl ws
+          | Some h, _ -> describe_hold ~blocked_ms:m.blocked_ms h
           | None, held -> (
           match held with
           | Some h ->
@@ -874,24 +901,19 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
         let calls, blocked_ms, own, faulted, waits_entered = one_measure () in
         match faulted with
         | Some why -> raise (Probes.Skip (spf "sleep with work hanging raised Fault (%s) after %d call(s): no blocked time to judge" why calls))
-        | None when waits_entered = 0 || own = [] ->
-            raise (Probes.Skip (spf "%d sleep(s) with work hanging entered no wait: no blocking step to judge" calls))
-        | None ->
-            let total = List.fold_left (fun t (h, _, _) -> t +. h) 0. own in
-            let share (h, l, _) = if l > 0. then h /. l else 0. in
-            let worst = List.fold_left (fun w x -> if share x > share w then x else w) (List.hd own) (List.tl own) in
-            let kept = Pr.kept_in_waits_ms ~blocked_ms (total, worst) in
+        | None -> (
+            match Pr.own_hold own with
+            | Some h when waits_entered > 0 ->
             let kept_n, released_n =
-              if kept then (kept_n + 1, released_n)
-              else if total < Pr.held_plain_share *. blocked_ms then (kept_n, released_n + Pr.released_votes)
+              if Pr.kept_in_waits_ms ~blocked_ms h then (kept_n + 1, released_n)
+              else if Pr.plainly_released_ms ~blocked_ms h then (kept_n, released_n + Pr.released_votes)
               else (kept_n, released_n + 1)
             in
             let measures = measures + 1 in
             if kept_n >= Pr.kept_votes then
-              let wh, wl, ws = worst in
               K.flag s
-                "while sleep blocked with work hanging (%d call(s), %.0f ms in all, the word unmoved), the sleeping thread held the OCaml runtime inside its waits (outside any blocking section) %.0f ms, %.0f ms of one %.0f-ms sleep of still_ms %d (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime"
-                calls blocked_ms total wh wl ws kept_n measures
+                "while sleep blocked with work hanging (%d call(s), %.0f ms in all, the word unmoved), %s (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime"
+                calls blocked_ms (Pr.describe_hold ~blocked_ms h) kept_n measures
             else if released_n >= Pr.released_votes + kept_n then ()
             else if measures >= Pr.max_measures then
               Case.report_unjudged
@@ -899,6 +921,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                     spf "of %d measures of sleep with work hanging, %d showed the runtime kept and %d released it (%d votes, a plainly released one counting two): too few either way"
                       measures kept_n (measures - kept_n) released_n ) ]
             else vote ~measures ~kept_n ~released_n
+            | _ -> raise (Probes.Skip (spf "%d sleep(s) with work hanging entered no wait: no blocking step to judge" calls)))
       in
       vote ~measures:0 ~kept_n:0 ~released_n:0)
 
