@@ -64,6 +64,8 @@ SETS = [
     ("test_blind_iv", "BLINDIV"),
     ("test_blind_nj", "BLINDNJ"),
     ("test_blind_bw", "BLINDBW"),
+    ("test_blind_cs", "BLINDCS"),
+    ("test_blind_hw", "BLINDHW"),
 ]
 
 

@@ -434,11 +434,11 @@ module Probe (Pk : Rig_edge.Package) = struct
        calls only, one call in three) leaves the rate high but the thread
        stopped that long.
 
-     The sleeps ask for varied still_ms (100, 15, 40, 20, 60, again), so
-     that a wait that keeps the runtime only for some lengths or some calls
-     is met, until 250 ms were spent inside sleeps ("it may return
-     earlier": a sleep that returns early is asked again, and a driver
-     whose sleeps last 1 ms is judged on as much blocked time).
+     The sleeps ask for varied still_ms (still_cycle below), so that a
+     wait that keeps the runtime only for some lengths or some calls is
+     met, the whole cycle and until 250 ms were spent inside sleeps ("it
+     may return earlier": a sleep that returns early is asked again, and a
+     driver whose sleeps last 1 ms is judged on as much blocked time).
 
      Where the runtime's blocking-section hooks are the primitives' (they
      chain them as they start: time_in_waits), the sleeping thread's own
@@ -452,8 +452,16 @@ module Probe (Pk : Rig_edge.Package) = struct
      vote, as before; after a kept one it does not).  After
      seven measures without either, SIG-3 is not judged in that run. *)
   let blocked_goal_ms = 250.
-  let still_cycle = [| 100; 15; 40; 2; 20; 60; 5; 1; 10 |]
+  (* Every measure runs the whole cycle (and on until 250 ms): in it,
+     each sleep's position modulo 2 to 6 meets a sleep of 15 ms or more,
+     so that a step that keeps the runtime on every k-th sleep only (k up
+     to 6: blind nj-sig3-every-kth, cs-sig3-every-third) keeps it for one
+     at least, whatever the phase; the short ones come last. *)
+  let still_cycle = [| 60; 20; 100; 15; 40; 30; 2; 2; 1; 5; 1 |]
   let max_sleeps = 400
+
+  let enough_sleeps ~calls ~blocked_ms =
+    (blocked_ms >= blocked_goal_ms && calls >= Array.length still_cycle) || calls >= max_sleeps
   let kept_share = 0.25
   let free_wait_max_ms = 4000.
   (* RIG_CONFORM_SIG3_COUNTER=1 (or the proxies) leaves SIG-3 to the
@@ -492,7 +500,7 @@ module Probe (Pk : Rig_edge.Package) = struct
      timeout it deems too short to block for ("spin for latency"), which
      one sleep's bar (10 ms) cannot meet. *)
   let short_still_ms = 10
-  let short_floor_ms = 5.
+  let short_floor_ms = 2.
   let short_share = 0.25
 
   (** The sleeping thread's own hold of the runtime inside its waits. *)
@@ -586,7 +594,7 @@ module Probe (Pk : Rig_edge.Package) = struct
           best pauses)
       (0., 0) windows
 
-  let sig3_measure d ~turns ~pauses ~naps ~tids =
+  let sig3_measure ?(before_sleeps = ignore) d ~turns ~pauses ~naps ~tids =
     let mark () =
       match tids with
       | Some (counter, sleeper) -> mark ~counter ~sleeper
@@ -603,12 +611,12 @@ module Probe (Pk : Rig_edge.Package) = struct
       let m1 = mark () in
       (float (Atomic.get turns - before) /. (m1.at -. m0.at), (m0.at, m1.at, 0), (m0, m1))
     in
-    let w = D.signaled d in
+    let w = ref 0 in
     (* The sleeps' total is taken from the first mark to the last: one
        tick off at most, where a sum over hundreds of 1-ms sleeps would add
        hundreds of errors.  The moments between sleeps add a few us each. *)
     let first_mark = ref None and last_mark = ref None in
-    let waits0 = P.waits () in
+    let waits0 = ref 0 in
     (* [outside]: per sleep, the time the sleeping thread waited for a CPU
        outside the sleep's waits, holding the runtime as of right (the
        driver's OCaml code before and after its blocking steps): the
@@ -616,13 +624,13 @@ module Probe (Pk : Rig_edge.Package) = struct
        What it waited for a CPU inside them stays counted: a step that
        keeps the runtime keeps it queued too. *)
     let rec sleeps ~calls ~blocked_ms ~unqueued ~inside ~windows ~helds ~outside ~own =
-      if blocked_ms >= blocked_goal_ms || calls >= max_sleeps then (calls, blocked_ms, unqueued, inside, windows, helds, outside, own)
+      if enough_sleeps ~calls ~blocked_ms then (calls, blocked_ms, unqueued, inside, windows, helds, outside, own)
       else
         let still_ms = still_cycle.(calls mod Array.length still_cycle) in
         let before = Atomic.get turns and m0 = mark () in
         if !first_mark = None then first_mark := Some m0;
         let in_waits0 = P.queued_in_waits () and _, held0 = P.time_in_waits () in
-        match P.masked (fun () -> D.sleep d ~seen:w ~still_ms) with
+        match P.masked (fun () -> D.sleep d ~seen:!w ~still_ms) with
         | () ->
             let in_waits = P.queued_in_waits () -. in_waits0 and _, held1 = P.time_in_waits () in
             let m1 = mark () in
@@ -638,13 +646,16 @@ module Probe (Pk : Rig_edge.Package) = struct
         | exception e -> raise (Skip (spf "sleep on an idle device raised %s" (Printexc.to_string e)))
     in
     let r0, f0, h0 = free_wait blocked_goal_ms in
+    before_sleeps ();
+    w := D.signaled d;
+    waits0 := P.waits ();
     let calls, blocked_ms, unqueued, inside, windows, helds, outside, own =
       P.account_queued_in_waits true;
       Fun.protect ~finally:(fun () -> P.account_queued_in_waits false) (fun () ->
           sleeps ~calls:0 ~blocked_ms:0. ~unqueued:[] ~inside:0 ~windows:[] ~helds:[] ~outside:[] ~own:[])
     in
     let held_in_waits = if (not hooks_judge) || not (P.runtime_hooks_chained ()) then None else own_hold own in
-    let waits_entered = P.waits () - waits0 in
+    let waits_entered = P.waits () - !waits0 in
     let r1, f1, h1 = free_wait (if blocked_ms < 2. *. blocked_goal_ms then blocked_goal_ms else Float.min free_wait_max_ms blocked_ms) in
     (* The nap under way at the last mark is noted once the counter has
        turned after it. *)
@@ -746,8 +757,42 @@ module Probe (Pk : Rig_edge.Package) = struct
     | Some h -> h.in_sleeps < (h.free_share +. held_plain_share) *. m.blocked_ms
     | None -> float m.inside /. m.blocked_ms >= 2. *. kept_share *. m.free_rate && fst m.pause_in_sleep < pause_floor_ms)
 
+  (* Before each measure of the idle probe, a launch of kit.spin (20 ms)
+     and a sleep that returns as the word moves: the measure's first sleep
+     then follows one that saw the word move, where a step may keep the
+     runtime "while the device is hot" (blind cs-sig3-hot-poll).  Without
+     kit.spin, or where the driver refuses it, no such move. *)
+  let mover d =
+    match Pk.kit.spin with
+    | None -> (None, fun () -> ())
+    | Some fn -> (
+        match P.masked (fun () -> D.image d Pk.kit.binary) with
+        | exception _ -> (None, fun () -> ())
+        | Error _ -> (None, fun () -> ())
+        | Ok i -> (
+            match P.masked (fun () -> D.entry i fn) with
+            | exception _ -> (Some i, fun () -> ())
+            | Rig_edge.Absent | No_memory _ -> (Some i, fun () -> ())
+            | Entry h ->
+                let q = (D.facts d).queue in
+                let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args = [ 20L ] } ] in
+                ( Some i,
+                  fun () ->
+                    let w = D.signaled d in
+                    if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
+                       && P.masked (fun () -> q.submit s ~value:(w + 1)) && P.masked (fun () -> q.commit ())
+                    then
+                      let rec await k =
+                        if k > 0 && D.signaled d = w then begin
+                          (try P.masked (fun () -> D.sleep d ~seen:w ~still_ms:500) with _ -> ());
+                          await (k - 1)
+                        end
+                      in
+                      await 8 ) ))
+
   let sig3 ~seed:_ =
     let d = P.masked (first ()).make in
+    let image, move = try mover d with _ -> (None, fun () -> ()) in
     let running = Atomic.make true and turns = Atomic.make 0 and pauses = Atomic.make [] in
     (* The counter says its thread id before its first turn: Some None
        where it cannot be read. *)
@@ -788,7 +833,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     let rec measure ~measures ~kept_n ~released_n =
       Atomic.set pauses [];
       Atomic.set naps [];
-      let m = sig3_measure d ~turns ~pauses ~naps ~tids in
+      let m = sig3_measure ~before_sleeps:move d ~turns ~pauses ~naps ~tids in
       if not (judgeable m) then (kept_n, released_n, m, measures + 1)
       else
         let kept_n, released_n =
@@ -803,7 +848,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     let outcome = try Ok (measure ~measures:0 ~kept_n:0 ~released_n:0) with Skip why -> Error why in
     Atomic.set running false;
     Thread.join t;
-    close d 0;
+    close d ~images:(Option.to_list image) (D.signaled d);
     match outcome with
     | Error why -> raise (Skip why)
     | Ok (_, _, m, _) when not (blocks m) ->
@@ -867,19 +912,21 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       let hang = K.need_item "hang" Pk.kit.hang in
       let dev = K.open_first s in
       let h = K.kit_entry s dev "hang" hang in
-      ignore (K.launch dev h "hang");
       dev.hung <- true;
       let w = Pk.D.signaled dev.d in
       (* One measure: sleeps until [blocked_goal_ms] spent inside them, on a
          thread of its own (bounded), since a sleep with work hanging that
          never returns is TIME-4's, not this clause's. *)
       let one_measure () =
+        (* fresh work before each measure: a step may keep the runtime
+           only for the first sleep after a submit (blind cs-sig3-after-submit) *)
+        ignore (K.launch dev h "hang");
         let run () =
           P.account_queued_in_waits true;
           Fun.protect ~finally:(fun () -> P.account_queued_in_waits false) (fun () ->
               let waits0 = P.waits () in
               let rec go ~calls ~blocked_ms ~own =
-                if blocked_ms >= Pr.blocked_goal_ms || calls >= Pr.max_sleeps then (calls, blocked_ms, own, None)
+                if Pr.enough_sleeps ~calls ~blocked_ms then (calls, blocked_ms, own, None)
                 else
                   let still_ms = Pr.still_cycle.(calls mod Array.length Pr.still_cycle) in
                   let _, held0 = P.time_in_waits () and t0 = Probes.now () in

@@ -13,7 +13,8 @@
       until the mask opens; its OCaml handler must run only inside a wait
       ({!Rig_edge_primitives.in_wait}) or once the call has returned.
     - [probe.SIG-3.wait-releases-runtime]: while [sleep] blocks on an idle
-      device (still_ms 15 to 100), its waits' steps must not keep the OCaml
+      device (still_ms 1 to 100, each measure after a sleep that saw the
+      word move), its waits' steps must not keep the OCaml
       runtime.  It is judged on the time the sleeping thread held it inside
       its waits, as the runtime's blocking-section
       hooks show it ({!Rig_edge_primitives.time_in_waits}); where they
@@ -24,8 +25,8 @@
       RIG_CONFORM_SIG3_PROXIES=1, on its turns and pauses against a free
       wait's.
     - [probe.SIG-3.busy-wait-releases-runtime]: the same sleeps with the
-      kit's hang in flight (a step may keep the runtime only while work
-      runs), judged on the sleeping thread's hold inside its waits alone;
+      kit's hang in flight, launched afresh before each measure (a step may
+      keep the runtime only while work runs, or right after a submit), judged on the sleeping thread's hold inside its waits alone;
       n/a where the hooks are not the primitives'.
     - [probe.SIG-8.driver-threads-blocked]: every thread that appears in
       /proc/self/task while the devices open and run work must block (its

@@ -1,0 +1,3 @@
+(* Loading blindcs.cmxs registers every cs-* driver, with hostmem's
+   certification material beyond its kit (their images are hostmem's). *)
+let () = List.iter (fun p -> Rig_edge_registry.register ~more:Hostmem.kit_more p) Blindcs.packages
