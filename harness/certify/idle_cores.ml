@@ -20,7 +20,13 @@ let read_ticks () =
           | _ -> None)
       | _ -> None)
 
-type t = { mutable since : float; mutable ticks : (int64 * int64) option; cores : int }
+type t = {
+  mutable since : float;
+  mutable ticks : (int64 * int64) option;
+  cores : int;
+  mutable own : float option;  (* the caller's children's CPU seconds at the window's start *)
+  mutable others : float option;  (* the last window's busy cores less the caller's children's *)
+}
 
 let lines path = match In_channel.with_open_bin path In_channel.input_all with
   | exception Sys_error _ -> []
@@ -61,14 +67,15 @@ let count () =
   in
   match allowed with Some n when n >= 1 -> n | _ -> stat_cores ()
 
-let create () = { since = Unix.gettimeofday (); ticks = read_ticks (); cores = stat_cores () }
+let create () = { since = Unix.gettimeofday (); ticks = read_ticks (); cores = stat_cores (); own = None; others = None }
 
 let machine_cores m = m.cores
 
-let busy ?(min_window = 0.1) m =
+let busy ?(min_window = 0.1) ?own_cpu m =
   let now = Unix.gettimeofday () in
   if now -. m.since < min_window then None
   else
+    let window = now -. m.since and own_cpu = Option.map (fun f -> f ()) own_cpu in
     let ticks = read_ticks () in
     let answer =
       match (m.ticks, ticks) with
@@ -77,6 +84,32 @@ let busy ?(min_window = 0.1) m =
           Some (float m.cores *. Float.max 0. (total -. idle) /. total)
       | _ -> None
     in
+    m.others <-
+      (match (answer, m.own, own_cpu) with
+      | Some b, Some o0, Some o1 -> Some (Float.max 0. (b -. ((o1 -. o0) /. window)))
+      | _ -> None);
+    m.own <- own_cpu;
     m.since <- now;
     m.ticks <- ticks;
     answer
+
+let others_busy m = m.others
+
+(* The CPU seconds of a process's threads, from /proc/<pid>/stat (utime and
+   stime, fields 14 and 15, in clock ticks of 1/100 s, Linux's USER_HZ). *)
+let process_cpu pid =
+  match Child_process.read_small (Printf.sprintf "/proc/%d/stat" pid) with
+  | exception Unix.Unix_error _ -> 0.
+  | text -> (
+      match String.rindex_opt text ')' with
+      | None -> 0.
+      | Some i -> (
+          let fields = String.split_on_char ' ' (String.sub text (i + 2) (String.length text - i - 2)) in
+          match (List.nth_opt fields 11, List.nth_opt fields 12) with
+          | Some u, Some s -> (
+              match (float_of_string_opt u, float_of_string_opt s) with Some u, Some s -> (u +. s) /. 100. | _ -> 0.)
+          | _ -> 0.))
+
+let children_cpu ~running =
+  let t = Unix.times () in
+  t.tms_cutime +. t.tms_cstime +. List.fold_left (fun acc pid -> acc +. process_cpu pid) 0. running

@@ -15,7 +15,18 @@ val create : unit -> t
     call (or since [create]), and starts a new window; [None] when the
     window is shorter than [min_window] seconds (then the window goes on) or
     /proc/stat cannot be read (then no core is ever taken for spare). *)
-val busy : ?min_window:float -> t -> float option
+val busy : ?min_window:float -> ?own_cpu:(unit -> float) -> t -> float option
+
+(** [others_busy m]: of the cores busy in the last window [busy] closed,
+    those the caller's own children did not keep busy (their CPU seconds,
+    [own_cpu ()] at that window's start and end, as {!children_cpu} gives
+    them); None unless both ends were given. *)
+val others_busy : t -> float option
+
+(** [children_cpu ~running]: the CPU seconds so far of this process's
+    children: those it waited for, and those still [running] (their pids),
+    read from /proc. *)
+val children_cpu : running:int list -> float
 
 (** The cores this process may run on (its affinity, as nproc counts them),
     at least 1. *)

@@ -16,7 +16,7 @@ let census (o : Cli.opts) cases =
   Printf.printf "sweep of driver %s: counting the calls of %d scenarios\n%!" o.driver (List.length cases);
   Session.run_jobs o ~what:"census" (List.map (fun c -> clean_job o c) cases)
 
-let points (o : Cli.opts) census =
+let points ?(batch_seconds = 2.0) (o : Cli.opts) census =
   let job = clean_job o in
   let points =
     List.concat_map
@@ -33,14 +33,14 @@ let points (o : Cli.opts) census =
   Printf.printf "sweep: %d injection points%s\n%!" (List.length points)
     (match o.shard with Some (i, n) -> Printf.sprintf " (shard %d/%d)" i n | None -> "");
   (* Points of one scenario share a child, as many as its clean run says fit
-     in a couple of seconds: the process per point is most of a quick run. *)
+     in [batch_seconds]: the process per point is most of a quick run. *)
   let batch =
     match o.batch with
     | Some n -> fun _ -> n
     | None -> (
         fun (j : Runner.job) ->
           match List.find_opt (fun (r : Runner.result) -> r.job.case.name = j.case.name) census with
-          | Some r -> max 1 (min 64 (int_of_float (2.0 /. Float.max 0.001 r.seconds)))
+          | Some r -> max 1 (min 64 (int_of_float (batch_seconds /. Float.max 0.001 r.seconds)))
           | None -> 1)
   in
   (points, batch)
@@ -63,7 +63,12 @@ let point_limit (o : Cli.opts) census (j : Runner.job) =
 
 let sweep_runs ?(with_census = false) (o : Cli.opts) cases =
   let census = census o cases in
-  let points, batch = points o census in
+  (* Half a second a child: where only points run, those that wait (holds,
+     hang bounds) run side by side (Runner.run_all), and 2 s chained 3 to 13
+     of them in one child, the sweep's longest path (sweep -j 2: 2.8 s, 2.5
+     with 0.5).  Beside certify's cases, which leave them no such room, the
+     children that smaller batches add cost more than they save. *)
+  let points, batch = points ~batch_seconds:0.5 o census in
   (if with_census then Session.in_shard o census else [])
   @ Session.run_jobs ~batch ~limit:(point_limit o census) o ~what:"sweep" points
 

@@ -10,9 +10,11 @@ val clean_job : Cli.opts -> ?inject:Injection.t -> Case.t -> Runner.job
 (** [census o cases]: the counting runs of [cases] (one clean run each). *)
 val census : Cli.opts -> Case.t list -> Runner.result list
 
-(** [points o census]: the injected jobs the counts of [census] call for
-    (--random, --shard applied), and the batch size of each job's child. *)
-val points : Cli.opts -> Runner.result list -> Runner.job list * (Runner.job -> int)
+(** [points ?batch_seconds o census]: the injected jobs the counts of
+    [census] call for (--random, --shard applied), and the batch size of each
+    job's child: as many points as its scenario's clean run says fit in
+    [batch_seconds] (2 s unless given), 64 at most, or --batch. *)
+val points : ?batch_seconds:float -> Cli.opts -> Runner.result list -> Runner.job list * (Runner.job -> int)
 
 (** [point_limit o census job]: the time limit of a sweep's point, from its
     scenario's clean run in [census] (10 s and 20 times that run); None for
