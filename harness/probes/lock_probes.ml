@@ -776,19 +776,25 @@ module Probe (Pk : Rig_edge.Package) = struct
             | Entry h ->
                 let q = (D.facts d).queue in
                 let s = Rig_edge.encode [ Rig_edge.Launch { entry = h; args = [ 20L ] } ] in
+                (* a move that did not come (in 4 s) is not asked again *)
+                let moves = ref true in
                 ( Some i,
                   fun () ->
                     let w = D.signaled d in
-                    if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
-                       && P.masked (fun () -> q.submit s ~value:(w + 1)) && P.masked (fun () -> q.commit ())
-                    then
-                      let rec await k =
-                        if k > 0 && D.signaled d = w then begin
-                          (try P.masked (fun () -> D.sleep d ~seen:w ~still_ms:500) with _ -> ());
-                          await (k - 1)
-                        end
-                      in
-                      await 8 ) ))
+                    if !moves then
+                      if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
+                         && P.masked (fun () -> q.submit s ~value:(w + 1)) && P.masked (fun () -> q.commit ())
+                      then begin
+                        let rec await k =
+                          if k > 0 && D.signaled d = w then begin
+                            (try P.masked (fun () -> D.sleep d ~seen:w ~still_ms:500) with _ -> ());
+                            await (k - 1)
+                          end
+                        in
+                        await 8;
+                        moves := D.signaled d > w
+                      end
+                      else moves := false ) ))
 
   let sig3 ~seed:_ =
     let d = P.masked (first ()).make in
@@ -897,7 +903,8 @@ end
    only, and a step may keep the runtime only while the device has work in
    flight ("completion is near, poll for latency": blind nj-sig3-busy-poll
    naps 200 us holding it, then, on an idle device, waits as it should).
-   With the kit's hang launched (the word stays put), sleeps of the same
+   With the kit's hang launched (the word stays put), and another thread
+   sleeping on the device too, sleeps of the same
    still_ms cycle until as much blocked time, judged only on the sleeping
    thread's own hold inside its waits (time_in_waits), with the idle
    probe's bars and vote: the other thread's measures would blame the
@@ -921,9 +928,30 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
         (* fresh work before each measure: a step may keep the runtime
            only for the first sleep after a submit (blind cs-sig3-after-submit) *)
         ignore (K.launch dev h "hang");
+        (* Another thread sleeps on the device meanwhile (still_ms 50, on
+           and on): each measured sleep starts with another call of the
+           driver in flight, where a step may keep the runtime "while the
+           driver is busy" (blind cs-sig3-while-other-call). *)
+        let companion_on = Atomic.make true and companion_in = Atomic.make false in
+        let companion =
+          Thread.create
+            (fun () ->
+              while Atomic.get companion_on do
+                Atomic.set companion_in true;
+                (try P.masked (fun () -> Pk.D.sleep dev.d ~seen:w ~still_ms:50) with _ -> Thread.delay 0.01)
+              done)
+            ()
+        in
+        while not (Atomic.get companion_in) do
+          Thread.yield ()
+        done;
         let run () =
           P.account_queued_in_waits true;
-          Fun.protect ~finally:(fun () -> P.account_queued_in_waits false) (fun () ->
+          Fun.protect
+            ~finally:(fun () ->
+              P.account_queued_in_waits false;
+              Atomic.set companion_on false)
+            (fun () ->
               let waits0 = P.waits () in
               let rec go ~calls ~blocked_ms ~own =
                 if Pr.enough_sleeps ~calls ~blocked_ms then (calls, blocked_ms, own, None)
@@ -940,9 +968,15 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
               (calls, blocked_ms, own, faulted, P.waits () - waits0))
         in
         match Probes.watch ~ms:(int_of_float (Pr.blocked_goal_ms *. 4.) + 8000) run with
-        | Probes.Done r -> r
-        | Probes.Raised e -> raise (Probes.Skip (spf "a sleep with work hanging raised %s" (Printexc.to_string e)))
-        | Probes.Late -> raise (Probes.Skip "a sleep with work hanging did not return within 9 s (TIME-4's probe judges that)")
+        | Probes.Done r ->
+            Thread.join companion;
+            r
+        | Probes.Raised e ->
+            Thread.join companion;
+            raise (Probes.Skip (spf "a sleep with work hanging raised %s" (Printexc.to_string e)))
+        | Probes.Late ->
+            Atomic.set companion_on false;
+            raise (Probes.Skip "a sleep with work hanging did not return within 9 s (TIME-4's probe judges that)")
       in
       let rec vote ~measures ~kept_n ~released_n =
         let calls, blocked_ms, own, faulted, waits_entered = one_measure () in

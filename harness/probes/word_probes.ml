@@ -222,9 +222,9 @@ module Probe (Pk : Rig_edge.Package) = struct
             in
             let byte = 1 + (seed mod 250) in
             let found = show ~value:1 ~byte in
-            (* [given]: the last value given to submit; [Some v] when a
-               submit or wait of the cached rounds failed (the device may be
-               lost): nothing more is asked of it. *)
+            (* [given]: the last value given to submit; [refused]: a submit
+               or a wait of the cached rounds failed (the device may be
+               lost), and nothing more is asked of it. *)
             let given, found, refused = if found = [] then cached ~from:1 else (1, found, false) in
             (* Values are 64-bit and increase per device: the next one at
                2^32 or more, which a word read through 32 bits loses. *)
