@@ -407,8 +407,9 @@ let deadline_of r now =
    short: its child's start and end are most of it. *)
 let short_run_seconds = 0.1
 
-let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~parallel ~limit ~progress ~stop jobs =
-  let results = Array.make (List.length jobs) None in
+let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ?(more = fun _ -> []) ?(flow = fun j -> j.inject <> None)
+    ~parallel ~limit ~progress ~stop jobs =
+  let results = ref (Array.make (List.length jobs) None) in
   (* The longest first: one started last would keep the others waiting. *)
   let batch_cost b = List.fold_left (fun acc (_, j) -> acc +. cost j) 0. b in
   let by_cost a b = Float.compare (batch_cost b) (batch_cost a) in
@@ -442,13 +443,24 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
     | again, Some (how, _) -> record (i, { res with outcome = Crashed_once { how; again } })
     | _, None -> record (i, res)
   and record (i, res) =
-    results.(i) <- Some res;
+    !results.(i) <- Some res;
     (match res.outcome with
     | (Timed_out _ | Hung _ | Blocked _) when res.job.inject = None ->
         Hashtbl.replace timed_out_cases (res.job.case.name, res.job.mutant) ()
     | _ -> ());
     incr finished;
-    progress !finished res.job
+    progress !finished res.job;
+    if not (stop ()) then add (more res)
+  (* Jobs an ended one called for: indexed after all others, batched, and
+     queued by their cost among those waiting. *)
+  and add = function
+    | [] -> ()
+    | extra ->
+        let n0 = Array.length !results in
+        let grown = Array.make (n0 + List.length extra) None in
+        Array.blit !results 0 grown 0 n0;
+        results := grown;
+        queue := List.stable_sort by_cost (!queue @ batches ~size:batch (List.mapi (fun k j -> (n0 + k, j)) extra))
   in
   let count f = tally := f !tally in
   let settle r (done_, again) =
@@ -516,7 +528,7 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
     | _ -> ()
   in
   let quiet_running () = List.exists (fun r -> r.quiet) !running in
-  let points_only batch = List.for_all (fun (_, j) -> j.inject <> None) batch in
+  let points_only batch = List.for_all (fun (_, j) -> flow j) batch in
   let only_points_running () = List.for_all (fun r -> points_only r.rjobs) !running in
   while (!queue <> [] && not (stop ())) || !quiet_queue <> [] || !running <> [] do
     if stop () then begin
@@ -568,7 +580,7 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
             | _ -> ());
           (* Where only injection points run and wait to run (the reference
              rig's flows, each failed at one call: mostly holds and hang
-             bounds), and the machine's other work leaves half its cores
+             bounds; [flow]), and the machine's other work leaves half its cores
              idle, every slot fills at once, four times as many: their own CPU
              (all the short ones') starves nobody else's timing, and a
              timing they find runs again alone.  A sweep on an idle machine
@@ -622,8 +634,8 @@ let run_all ?(batch = fun _ -> 1) ?(cost = fun _ -> 0.) ?(crowd = true) ~paralle
   done;
   end_strays [];
   (* interrupted before a second run of a crash ended: the crash stands *)
-  Hashtbl.iter (fun i (_, first) -> if results.(i) = None then results.(i) <- Some first) crashed_first;
-  Array.to_list results |> List.filter_map Fun.id
+  Hashtbl.iter (fun i (_, first) -> if !results.(i) = None then !results.(i) <- Some first) crashed_first;
+  Array.to_list !results |> List.filter_map Fun.id
 
 let run_command ~args ~limit =
   let c = spawn_args args in

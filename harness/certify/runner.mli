@@ -106,12 +106,25 @@ val run_args : job -> string list
     start first (in the jobs' order among equals), so that no long run
     starts last.  Results are in the jobs' order all the same.
 
+    Where only [flow] jobs run and wait (default: the injection points,
+    the reference rig's flows failed at one call, which mostly wait), the
+    machine's other work (its busy cores less this process's children's
+    and zygote's) is what must leave half of [parallel]'s cores idle, and
+    then up to 4 times as many start at once.
+
+    [more r] (default none): the jobs the ended job's result [r] calls for
+    (a sweep's points, from their scenario's clean run), run as if they had
+    been given, their results after the given jobs', in the order they came;
+    [progress] counts them as they end.
+
     Whatever a child started is gone when its job ends (its process group,
     and what left the group, re-parented to the certifier). *)
 val run_all :
   ?batch:(job -> int) ->
   ?cost:(job -> float) ->
   ?crowd:bool ->
+  ?more:(result -> job list) ->
+  ?flow:(job -> bool) ->
   parallel:int -> limit:(job -> float) -> progress:(int -> job -> unit) -> stop:(unit -> bool) -> job list -> result list
 
 (** Of the crowded runs (beside more children than [parallel]) that found

@@ -91,12 +91,26 @@ let main args =
       Printf.printf "certifying driver %s: %d cases x %d seeds, -j %d%s\n%!" o.driver (List.length cases) (List.length seeds) (Cli.jobs o)
         (match o.shard with Some (i, n) -> Printf.sprintf ", shard %d/%d (%d runs)" i n (List.length jobs) | None -> "");
       (* The sweep's points run among the cases, not after them: both
-         mostly wait, and each fills the other's idle cores. *)
-      let census =
-        if drv.fault_injection && o.sweep then Fault_sweep.census o (Known_cases.rig_cases_of selected) else []
+         mostly wait, and each fills the other's idle cores.  Each
+         scenario's points are queued as its clean run (the census) ends.
+         A clean run counts in no verdict, as the case's own run of seed 1
+         (the same run) does, unless it stands for it: a case that hung in
+         its clean run first is not run again on any seed (Runner). *)
+      let sweeps = drv.fault_injection && o.sweep in
+      let results =
+        match if sweeps then Fault_sweep.pipelined ~batch_seconds:2.0 o (Known_cases.rig_cases_of selected) else None with
+        | Some p ->
+            let all = Session.run_jobs ~batch:p.batch ~more:p.more ~limit:p.limit o ~what:"certify" (jobs @ p.census_jobs) in
+            let is_census (r : Runner.result) = List.memq r.job p.census_jobs in
+            let ran =
+              List.filter_map (fun (r : Runner.result) -> if is_census r || r.job.inject <> None then None else Some r.job.case.name) all
+            in
+            List.filter (fun (r : Runner.result) -> (not (is_census r)) || not (List.mem r.job.case.name ran)) all
+        | None ->
+            let census = if sweeps then Fault_sweep.census o (Known_cases.rig_cases_of selected) else [] in
+            let points, batch = if census = [] then ([], fun _ -> 1) else Fault_sweep.points o census in
+            Session.run_jobs ~batch ~limit:(Fault_sweep.point_limit o census) o ~what:"certify" (jobs @ points)
       in
-      let points, batch = if census = [] then ([], fun _ -> 1) else Fault_sweep.points o census in
-      let results = Session.run_jobs ~batch ~limit:(Fault_sweep.point_limit o census) o ~what:"certify" (jobs @ points) in
       let lines = Report.verdicts ~cases:(Known_cases.all_cases ()) ~selected results in
       Report.print_table ~color:o.color lines;
       write ~declared:(drv.kit @ [ ("fault_injection", drv.fault_injection) ]) lines results;

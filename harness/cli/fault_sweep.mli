@@ -21,6 +21,21 @@ val points : ?batch_seconds:float -> Cli.opts -> Runner.result list -> Runner.jo
     a job that is no point, or with --timeout. *)
 val point_limit : Cli.opts -> Runner.result list -> Runner.job -> float option
 
+(** The census and its points in one run (Session.run_jobs): run
+    [census_jobs] with [more], [batch] and [limit]; each clean run's points
+    are queued as it ends. *)
+type pipeline = {
+  census_jobs : Runner.job list;
+  more : Runner.result -> Runner.job list;
+  batch : Runner.job -> int;
+  limit : Runner.job -> float option;
+}
+
+(** [pipelined ~batch_seconds o cases]: the pipeline of [cases]'s sweep;
+    None with --random or --shard, whose plans need every point first
+    (then {!census}, then {!points}). *)
+val pipelined : batch_seconds:float -> Cli.opts -> Case.t list -> pipeline option
+
 (** [sweep_runs ?with_census o cases]: the injected runs of [cases], and,
     [with_census], the counting runs too (certify has its own). *)
 val sweep_runs : ?with_census:bool -> Cli.opts -> Case.t list -> Runner.result list

@@ -74,38 +74,48 @@ let in_shard (o : Cli.opts) jobs =
   | None -> jobs
   | Some (i, n) -> List.filteri (fun k _ -> k mod n = i - 1) jobs
 
-(* The progress line: runs done, clauses whose runs have all ended, time. *)
+(* The progress line: runs done, clauses whose runs have all ended, time.
+   Answers the printer and what adds jobs that came later (Runner.run_all's
+   [more]): a clause whose runs had all ended is not done again until
+   those end. *)
 let progress_printer ~what (jobs : Runner.job list) =
   let t0 = Unix.gettimeofday () in
-  let total = List.length jobs in
+  let total = ref 0 in
   let tty = Unix.isatty Unix.stderr in
   let left = Hashtbl.create 80 in
-  List.iter
-    (fun (j : Runner.job) ->
-      List.iter (fun c -> Hashtbl.replace left c (1 + Option.value ~default:0 (Hashtbl.find_opt left c))) j.case.clauses)
-    jobs;
-  let clauses = Hashtbl.length left in
-  fun done_ (j : Runner.job) ->
+  let add jobs =
+    total := !total + List.length jobs;
+    List.iter
+      (fun (j : Runner.job) ->
+        List.iter (fun c -> Hashtbl.replace left c (1 + Option.value ~default:0 (Hashtbl.find_opt left c))) j.case.clauses)
+      jobs
+  in
+  add jobs;
+  let total () = !total in
+  ( (fun done_ (j : Runner.job) ->
     List.iter (fun c -> Hashtbl.replace left c (Hashtbl.find left c - 1)) j.case.clauses;
     let decided = Hashtbl.fold (fun _ n acc -> if n = 0 then acc + 1 else acc) left 0 in
     let line () =
-      Printf.sprintf "%s: %d/%d runs, %d/%d clauses done, %.0f s" what done_ total decided clauses
+      Printf.sprintf "%s: %d/%d runs, %d/%d clauses done, %.0f s" what done_ (total ()) decided (Hashtbl.length left)
         (Unix.gettimeofday () -. t0)
     in
     if tty then begin
       Printf.eprintf "\r%s%!" (line ());
-      if done_ = total then prerr_newline ()
+      if done_ = total () then prerr_newline ()
     end
-    else if done_ = total || done_ mod 50 = 0 || done_ = 1 then Printf.eprintf "%s\n%!" (line ())
+    else if done_ = total () || done_ mod 50 = 0 || done_ = 1 then Printf.eprintf "%s\n%!" (line ())),
+    add )
 
-let run_jobs ?batch ?crowd ?(limit = fun _ -> None) (o : Cli.opts) ~what jobs =
+let run_jobs ?batch ?crowd ?(more = fun _ -> []) ?flow ?(limit = fun _ -> None) (o : Cli.opts) ~what jobs =
   let before = Runner.crowd_tally () in
+  let progress, add = progress_printer ~what jobs in
+  let more r = let js = more r in add js; js in
   let results =
-    Runner.run_all ?batch ?crowd ~parallel:(Cli.jobs o)
+    Runner.run_all ?batch ?crowd ~more ?flow ~parallel:(Cli.jobs o)
       ~cost:(fun (j : Runner.job) -> Option.value ~default:0. (Case_limits.seconds_on_fake j.case.name))
       ~limit:(fun (j : Runner.job) ->
         match limit j with Some l -> l | None -> Known_cases.limit ~timeout:o.timeout j.case.name)
-      ~progress:(progress_printer ~what jobs) ~stop:stopped jobs
+      ~progress ~stop:stopped jobs
   in
   let after = Runner.crowd_tally () in
   let again = after.again - before.again and gone = after.not_again - before.not_again in

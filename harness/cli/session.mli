@@ -37,10 +37,14 @@ val in_shard : Cli.opts -> 'a list -> 'a list
 (** [run_jobs ?batch ?crowd ?limit o ~what jobs]: the jobs in children,
     [o.jobs] at once (beyond it while the cores idle unless [crowd] is false,
     Runner.run_all), each under its limit ([limit]'s where it answers one,
-    else its case's, Known_cases.limit), with a progress line on stderr. *)
+    else its case's, Known_cases.limit), with a progress line on stderr;
+    [more]: the jobs an ended one calls for, run after it; [flow]: the jobs
+    that crowd as injection points do (Runner.run_all). *)
 val run_jobs :
   ?batch:(Runner.job -> int) ->
   ?crowd:bool ->
+  ?more:(Runner.result -> Runner.job list) ->
+  ?flow:(Runner.job -> bool) ->
   ?limit:(Runner.job -> float option) ->
   Cli.opts ->
   what:string ->
