@@ -903,8 +903,7 @@ end
    only, and a step may keep the runtime only while the device has work in
    flight ("completion is near, poll for latency": blind nj-sig3-busy-poll
    naps 200 us holding it, then, on an idle device, waits as it should).
-   With the kit's hang launched (the word stays put), and another thread
-   sleeping on the device too, sleeps of the same
+   With the kit's hang launched (the word stays put), sleeps of the same
    still_ms cycle until as much blocked time, judged only on the sleeping
    thread's own hold inside its waits (time_in_waits), with the idle
    probe's bars and vote: the other thread's measures would blame the
@@ -928,30 +927,9 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
         (* fresh work before each measure: a step may keep the runtime
            only for the first sleep after a submit (blind cs-sig3-after-submit) *)
         ignore (K.launch dev h "hang");
-        (* Another thread sleeps on the device meanwhile (still_ms 50, on
-           and on): each measured sleep starts with another call of the
-           driver in flight, where a step may keep the runtime "while the
-           driver is busy" (blind cs-sig3-while-other-call). *)
-        let companion_on = Atomic.make true and companion_in = Atomic.make false in
-        let companion =
-          Thread.create
-            (fun () ->
-              while Atomic.get companion_on do
-                Atomic.set companion_in true;
-                (try P.masked (fun () -> Pk.D.sleep dev.d ~seen:w ~still_ms:50) with _ -> Thread.delay 0.01)
-              done)
-            ()
-        in
-        while not (Atomic.get companion_in) do
-          Thread.yield ()
-        done;
         let run () =
           P.account_queued_in_waits true;
-          Fun.protect
-            ~finally:(fun () ->
-              P.account_queued_in_waits false;
-              Atomic.set companion_on false)
-            (fun () ->
+          Fun.protect ~finally:(fun () -> P.account_queued_in_waits false) (fun () ->
               let waits0 = P.waits () in
               let rec go ~calls ~blocked_ms ~own =
                 if Pr.enough_sleeps ~calls ~blocked_ms then (calls, blocked_ms, own, None)
@@ -968,14 +946,9 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
               (calls, blocked_ms, own, faulted, P.waits () - waits0))
         in
         match Probes.watch ~ms:(int_of_float (Pr.blocked_goal_ms *. 4.) + 8000) run with
-        | Probes.Done r ->
-            Thread.join companion;
-            r
-        | Probes.Raised e ->
-            Thread.join companion;
-            raise (Probes.Skip (spf "a sleep with work hanging raised %s" (Printexc.to_string e)))
+        | Probes.Done r -> r
+        | Probes.Raised e -> raise (Probes.Skip (spf "a sleep with work hanging raised %s" (Printexc.to_string e)))
         | Probes.Late ->
-            Atomic.set companion_on false;
             raise (Probes.Skip "a sleep with work hanging did not return within 9 s (TIME-4's probe judges that)")
       in
       let rec vote ~measures ~kept_n ~released_n =

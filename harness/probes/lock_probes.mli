@@ -25,10 +25,8 @@
       RIG_CONFORM_SIG3_PROXIES=1, on its turns and pauses against a free
       wait's.
     - [probe.SIG-3.busy-wait-releases-runtime]: the same sleeps with the
-      kit's hang in flight, launched afresh before each measure, and another
-      thread sleeping on the device meanwhile (a step may keep the runtime
-      only while work runs, right after a submit, or beside another call),
-      judged on the sleeping thread's hold inside its waits alone;
+      kit's hang in flight, launched afresh before each measure (a step may
+      keep the runtime only while work runs, or right after a submit), judged on the sleeping thread's hold inside its waits alone;
       n/a where the hooks are not the primitives'.
     - [probe.SIG-8.driver-threads-blocked]: every thread that appears in
       /proc/self/task while the devices open and run work must block (its
