@@ -70,6 +70,18 @@ module Probe (Pk : Rig_edge.Package) = struct
       Option.iter (fun w -> try P.masked (fun () -> D.free d w) with _ -> ()) (D.facts d).own_word
     end
 
+  (* Sleeps on d (still_ms each, [tries] times at most) until the word
+     reads [v]: the last sleep is the one that saw it move. *)
+  let await_word ?(still_ms = 20) ?(tries = 250) d v =
+    let rec await k =
+      let w = D.signaled d in
+      if w < v && k > 0 then begin
+        (try P.masked (fun () -> D.sleep d ~seen:w ~still_ms) with _ -> ());
+        await (k - 1)
+      end
+    in
+    await tries
+
   (* Fills 4 bytes of [r] as value [v] on d's queue (grow as rig does) and
      waits (bounded) for the word to read it. *)
   let fill d r v =
@@ -78,14 +90,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4 then begin
       ignore (P.masked (fun () -> q.submit s ~value:v));
       ignore (P.masked (fun () -> q.commit ()));
-      let rec await k =
-        let w = D.signaled d in
-        if w < v && k > 0 then begin
-          (try P.masked (fun () -> D.sleep d ~seen:w ~still_ms:20) with _ -> ());
-          await (k - 1)
-        end
-      in
-      await 250
+      await_word d v
     end
 
   (* ------------------------------------------------------------ LOCK-4 *)
@@ -785,16 +790,24 @@ module Probe (Pk : Rig_edge.Package) = struct
                       if Probes.has_room ~room:(fun () -> P.masked (fun () -> q.room s)) ~grow:(fun () -> P.masked (fun () -> D.grow d)) ~grows:4
                          && P.masked (fun () -> q.submit s ~value:(w + 1)) && P.masked (fun () -> q.commit ())
                       then begin
-                        let rec await k =
-                          if k > 0 && D.signaled d = w then begin
-                            (try P.masked (fun () -> D.sleep d ~seen:w ~still_ms:500) with _ -> ());
-                            await (k - 1)
-                          end
-                        in
-                        await 8;
+                        await_word ~still_ms:500 ~tries:8 d (w + 1);
                         moves := D.signaled d > w
                       end
                       else moves := false ) ))
+
+  (* One measure's vote (see above), and whether the vote is over. *)
+  let count_vote ~kept ~plain (kept_n, released_n) =
+    if kept then (kept_n + 1, released_n) else if plain then (kept_n, released_n + released_votes) else (kept_n, released_n + 1)
+
+  let vote_over ~measures (kept_n, released_n) =
+    kept_n >= kept_votes || released_n >= released_votes + kept_n || measures >= max_measures
+
+  (* Neither verdict earned: the load moved under the measures. *)
+  let report_unjudged_vote ~of_what ~measures (kept_n, released_n) =
+    Case.report_unjudged
+      [ ( "SIG-3",
+          spf "of %d measures of %s, %d showed the runtime kept and %d released it (%d votes, a plainly released one counting two): too few either way"
+            measures of_what kept_n (measures - kept_n) released_n ) ]
 
   let sig3 ~seed:_ =
     let d = P.masked (first ()).make in
@@ -842,13 +855,8 @@ module Probe (Pk : Rig_edge.Package) = struct
       let m = sig3_measure ~before_sleeps:move d ~turns ~pauses ~naps ~tids in
       if not (judgeable m) then (kept_n, released_n, m, measures + 1)
       else
-        let kept_n, released_n =
-          if kept m then (kept_n + 1, released_n)
-          else if clearly_released m then (kept_n, released_n + released_votes)
-          else (kept_n, released_n + 1)
-        in
-        if kept_n >= kept_votes || released_n >= released_votes + kept_n || measures + 1 >= max_measures then
-          (kept_n, released_n, m, measures + 1)
+        let kept_n, released_n = count_vote ~kept:(kept m) ~plain:(clearly_released m) (kept_n, released_n) in
+        if vote_over ~measures:(measures + 1) (kept_n, released_n) then (kept_n, released_n, m, measures + 1)
         else measure ~measures:(measures + 1) ~kept_n ~released_n
     in
     let outcome = try Ok (measure ~measures:0 ~kept_n:0 ~released_n:0) with Skip why -> Error why in
@@ -890,11 +898,7 @@ module Probe (Pk : Rig_edge.Package) = struct
         in
         [ finding "SIG-3" "while sleep blocked (%d call(s), %.0f ms in all, the word unmoved), %s (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime" m.calls m.blocked_ms shown kept_n measures ]
     | Ok (kept_n, released_n, _, measures) when released_n < released_votes + kept_n ->
-        (* the load moved under the measures: neither verdict is earned *)
-        Case.report_unjudged
-          [ ( "SIG-3",
-              spf "of %d measures of sleep on the idle word, %d showed the runtime kept and %d released it (%d votes, a plainly released one counting two): too few either way"
-                measures kept_n (measures - kept_n) released_n ) ];
+        report_unjudged_vote ~of_what:"sleep on the idle word" ~measures (kept_n, released_n);
         []
     | Ok _ -> []
 end
@@ -959,9 +963,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
             match Pr.own_hold own with
             | Some h when waits_entered > 0 ->
             let kept_n, released_n =
-              if Pr.kept_in_waits_ms ~blocked_ms h then (kept_n + 1, released_n)
-              else if Pr.plainly_released_ms ~blocked_ms h then (kept_n, released_n + Pr.released_votes)
-              else (kept_n, released_n + 1)
+              Pr.count_vote ~kept:(Pr.kept_in_waits_ms ~blocked_ms h) ~plain:(Pr.plainly_released_ms ~blocked_ms h) (kept_n, released_n)
             in
             let measures = measures + 1 in
             if kept_n >= Pr.kept_votes then
@@ -969,11 +971,8 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                 "while sleep blocked with work hanging (%d call(s), %.0f ms in all, the word unmoved), %s (%d of %d measures show a kept runtime): the wait's blocking step keeps the OCaml runtime"
                 calls blocked_ms (Pr.describe_hold ~blocked_ms h) kept_n measures
             else if released_n >= Pr.released_votes + kept_n then ()
-            else if measures >= Pr.max_measures then
-              Case.report_unjudged
-                [ ( "SIG-3",
-                    spf "of %d measures of sleep with work hanging, %d showed the runtime kept and %d released it (%d votes, a plainly released one counting two): too few either way"
-                      measures kept_n (measures - kept_n) released_n ) ]
+            else if Pr.vote_over ~measures (kept_n, released_n) then
+              Pr.report_unjudged_vote ~of_what:"sleep with work hanging" ~measures (kept_n, released_n)
             else vote ~measures ~kept_n ~released_n
             | _ -> raise (Probes.Skip (spf "%d sleep(s) with work hanging entered no wait: no blocking step to judge" calls)))
       in
