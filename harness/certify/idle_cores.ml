@@ -98,17 +98,12 @@ let others_busy m = m.others
 (* The CPU seconds of a process's threads, from /proc/<pid>/stat (utime and
    stime, fields 14 and 15, in clock ticks of 1/100 s, Linux's USER_HZ). *)
 let process_cpu pid =
-  match Child_process.read_small (Printf.sprintf "/proc/%d/stat" pid) with
-  | exception Unix.Unix_error _ -> 0.
-  | text -> (
-      match String.rindex_opt text ')' with
-      | None -> 0.
-      | Some i -> (
-          let fields = String.split_on_char ' ' (String.sub text (i + 2) (String.length text - i - 2)) in
-          match (List.nth_opt fields 11, List.nth_opt fields 12) with
-          | Some u, Some s -> (
-              match (float_of_string_opt u, float_of_string_opt s) with Some u, Some s -> (u +. s) /. 100. | _ -> 0.)
-          | _ -> 0.))
+  match Child_process.stat_fields pid with
+  | Some fields -> (
+      match (List.nth_opt fields 11, List.nth_opt fields 12) with
+      | Some u, Some s -> ( match (float_of_string_opt u, float_of_string_opt s) with Some u, Some s -> (u +. s) /. 100. | _ -> 0.)
+      | _ -> 0.)
+  | None -> 0.
 
 let children_cpu ~running =
   let t = Unix.times () in

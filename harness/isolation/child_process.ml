@@ -143,19 +143,21 @@ let read_small path =
   let fd = Unix.openfile path [ Unix.O_RDONLY; Unix.O_CLOEXEC ] 0 in
   Fun.protect ~finally:(fun () -> Unix.close fd) (fun () -> Bytes.sub_string buf 0 (Unix.read fd buf 0 (Bytes.length buf)))
 
-(* The parent and process group of a process, from /proc. *)
-let parent_and_group pid =
+let stat_fields pid =
   match read_small (Printf.sprintf "/proc/%d/stat" pid) with
   | s -> (
       (* The command name may hold spaces and parentheses: read after the last ')'. *)
       match String.rindex_opt s ')' with
-      | Some i -> (
-          match String.split_on_char ' ' (String.sub s (i + 2) (String.length s - i - 2)) with
-          | _state :: ppid :: pgrp :: _ -> (
-              match (int_of_string_opt ppid, int_of_string_opt pgrp) with Some p, Some g -> Some (p, g) | _ -> None)
-          | _ -> None)
+      | Some i -> Some (String.split_on_char ' ' (String.sub s (i + 2) (String.length s - i - 2)))
       | None -> None)
   | exception _ -> None
+
+(* The parent and process group of a process, from /proc. *)
+let parent_and_group pid =
+  match stat_fields pid with
+  | Some (_state :: ppid :: pgrp :: _) -> (
+      match (int_of_string_opt ppid, int_of_string_opt pgrp) with Some p, Some g -> Some (p, g) | _ -> None)
+  | _ -> None
 
 (* pid, parent and process group of each process. *)
 let processes () =

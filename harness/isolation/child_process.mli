@@ -56,6 +56,10 @@ val last_lines : t -> int -> string
     often); raises Unix_error as Unix.openfile does. *)
 val read_small : string -> string
 
+(** [stat_fields pid]: the fields of /proc/<pid>/stat after the command
+    name, from the state (field 3) on; None once the process is gone. *)
+val stat_fields : int -> string list option
+
 (** [parent_and_group pid]: the parent and the process group of a process
     (from /proc), or [None] when it is gone. *)
 val parent_and_group : int -> (int * int) option
