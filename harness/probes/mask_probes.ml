@@ -458,27 +458,57 @@ module Quiet (Pk : Rig_edge.Package) = struct
     let c_lock_finding what state where c_lock =
       value_finding "LOCK-5" "%s %s%s took a lock: the driver's C code called %s (in 3 of 3 calls)" what state where c_lock
     in
+    (* A wait, a counted take or a move of rig_holds seen in one call may
+       be a finaliser's, run by the call's allocation (SIG-7 judges those,
+       and a dropped region's finaliser may wait): once the finalisers
+       pending have run, one of two more calls like it, made the same way
+       ([inside] the probe's lock or not), must show it too. *)
+    let counters () = (P.waits (), P.activity (), P.holds ()) in
+    let shows_again ~inside like moved =
+      Gc.full_major ();
+      let seen = ref false in
+      let call g =
+        let before = counters () in
+        (try g () with _ -> ());
+        seen := !seen || moved before (counters ())
+      in
+      let again () = like (fun g -> if inside then P.Lock.protect lock (fun () -> call g) else call g) in
+      again ();
+      if not !seen then again ();
+      !seen
+    in
     (* A call that slept that long is judged on the longest of two more
-       calls like it ([again], by default the same call): on a loaded
-       machine a thread that holds the OCaml runtime can be descheduled
-       as long, and the call then waits for the runtime once. *)
-    let check ?again state what f =
-      let again = match again with Some g -> g | None -> fun () -> slept_in f in
+       calls like it: on a loaded machine a thread that holds the OCaml
+       runtime can be descheduled as long, and the call then waits for the
+       runtime once.  [like observe] makes one call like f and hands it to
+       [observe]; by default f itself. *)
+    let check ?like state what f =
+      let like = match like with Some l -> l | None -> fun observe -> observe f in
+      let again () =
+        let ms = ref 0. in
+        like (fun g -> ms := slept_in g);
+        !ms
+      in
       (* a finding, or a block to confirm once outside the probe's lock
          (where a make may open devices anew) *)
       let measure ?(outside_returned = false) where =
-        let before = P.activity () and waits = P.waits () and holds = P.holds () in
+        let waits, activity, holds = counters () in
+        let confirmed moved finding = Some (fun () -> if shows_again ~inside:(where <> "") like moved then Some finding else None) in
         match C_locks.taken_in (fun () -> slept_in f) with
         | Ok slept, c_takes, c_lock ->
             if P.waits () <> waits then
-              Some (fun () -> Some (value_finding "LOCK-6" "%s %s%s entered a wait" what state where))
-            else if P.activity () <> before then
+              confirmed (fun (w, _, _) (w', _, _) -> w' <> w)
+                (value_finding "LOCK-6" "%s %s%s entered a wait (and again in a call like it, once the finalisers pending had run)" what state where)
+            else if P.activity () <> activity then
               (* a counted take, even one that never blocks (LOCK-5) *)
-              Some (fun () -> Some (value_finding "LOCK-5" "%s %s%s took a counted lock" what state where))
+              confirmed (fun (_, a, _) (_, a', _) -> a' <> a)
+                (value_finding "LOCK-5" "%s %s%s took a counted lock (and again in a call like it, once the finalisers pending had run)" what state where)
             else if c_takes > 0 && takes_c_lock_again f then
               Some (fun () -> Some (c_lock_finding what state where c_lock))
             else if P.holds () <> holds then
-              Some (fun () -> Some (value_finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d" what state where (P.holds ()) holds))
+              let left = P.holds () in
+              confirmed (fun (_, _, h) (_, _, h') -> h' <> h)
+                (value_finding "LOCK-6" "%s %s%s left rig_holds at %d, not %d (and again in a call like it, once the finalisers pending had run)" what state where left holds)
             else if slept >= suspect_floor_ms then
               Some
                 (fun () ->
@@ -519,27 +549,32 @@ module Quiet (Pk : Rig_edge.Package) = struct
       in
       List.iter (Option.iter (fun f -> findings := f :: !findings)) (both_ways measure)
     in
-    let probe ?again_locate ?again_peer state =
+    let probe ?like_locate ?like_peer state =
       check_signaled state;
-      check ?again:again_locate state "locate" (fun () -> ignore (D.locate d r));
-      List.iter (fun d' -> if d' != d then check ?again:again_peer state "peer" (fun () -> ignore (D.peer d d'))) devices
+      check ?like:like_locate state "locate" (fun () -> ignore (D.locate d r));
+      List.iter (fun d' -> if d' != d then check ?like:like_peer state "peer" (fun () -> ignore (D.peer d d'))) devices
     in
-    (* calls like those right after the opens: on devices opened anew *)
-    let on_fresh k measure =
+    (* calls like those right after the opens: [call] of the first k
+       devices opened anew, handed to [observe]; then they are stopped, and
+       the regions [call] allocated freed *)
+    let on_fresh k call observe =
       let opened = List.filter_map (fun (o : D.t Rig_edge.opener) -> try Some (P.masked o.make) with _ -> None) os in
-      let ms = try measure (List.filteri (fun i _ -> i < k) opened) with _ -> 0. in
+      let allocated = ref [] in
+      let alloc d1 =
+        match P.masked (fun () -> D.alloc d1 Rig_edge.Device 64) with
+        | Some r1 -> allocated := (d1, r1) :: !allocated; Some r1
+        | None -> None
+      in
+      (try Option.iter observe (call alloc (List.filteri (fun i _ -> i < k) opened)) with _ -> ());
       List.iter (fun d -> try P.masked (fun () -> D.stop d ~fault:None) with _ -> ()) opened;
-      ms
+      List.iter (fun (d1, r1) -> try P.masked (fun () -> D.free d1 r1) with _ -> ()) !allocated
     in
-    let again_locate () =
-      on_fresh 1 (function
-        | d1 :: _ -> (
-            match P.masked (fun () -> D.alloc d1 Rig_edge.Device 64) with
-            | Some r1 -> slept_in (fun () -> ignore (D.locate d1 r1))
-            | None -> 0.)
-        | [] -> 0.)
-    and again_peer () = on_fresh 2 (function d1 :: d2 :: _ -> slept_in (fun () -> ignore (D.peer d1 d2)) | _ -> 0.) in
-    probe ~again_locate ~again_peer "right after the opens";
+    let like_locate =
+      on_fresh 1 (fun alloc -> function
+        | d1 :: _ -> Option.map (fun r1 () -> ignore (D.locate d1 r1)) (alloc d1)
+        | [] -> None)
+    and like_peer = on_fresh 2 (fun _ -> function d1 :: d2 :: _ -> Some (fun () -> ignore (D.peer d1 d2)) | _ -> None) in
+    probe ~like_locate ~like_peer "right after the opens";
     (* A write to stdout or stderr may block, for as long as the reader
        lets the pipe stay full: make it so, and ask again. *)
     with_full_output (fun () -> probe "with stdout and stderr full pipes");
