@@ -18,8 +18,12 @@ hostmem's verdicts.
 Since (stop 37, same session, no driver changed): the busy probe launches
 fresh work before each measure, which meets after-submit; the idle probe
 moves the word (a kit.spin launch and a sleep that sees it move) before
-each measure, which meets hot-poll.  while-other-call stays a miss: no
-SIG-3 probe sleeps while another thread is inside a driver call.
+each measure, which meets hot-poll.  while-other-call stayed a miss: no
+SIG-3 probe slept while another thread was inside a driver call.
+
+Since (stop 38): the busy probe keeps another call in flight during its
+measures (a thread pumping room, submit and commit on a second device),
+which meets while-other-call.
 
 Broken drivers get --seeds 3; the set of clauses whose verdict is `fail`
 must be exactly the one given.  Each keeps the OCaml runtime inside a
@@ -71,11 +75,7 @@ BROKEN = {
 
 # The certifier's misses: driver -> what it said.  The expectation above
 # stays; the mark comes off once the certifier catches it.
-MISSED = {
-    "cs-sig3-while-other-call": "no failure: SIG-3 pass (no violation in 6 run(s) of "
-    "probe.SIG-3.busy-wait-releases-runtime, probe.SIG-3.wait-releases-runtime); "
-    "a sleep that starts while another driver call is in flight keeps the runtime",
-}
+MISSED: dict = {}
 
 CONFORMING = {
     "cs-ok-tiny-return": {},

@@ -122,6 +122,17 @@ let public fn f =
   end
   else P.masked f
 
+(* The sleep-keeps-runtime-beside-feed mutant: the thread and time of the
+   last room, submit or commit of any device, and whether that was another
+   thread's, less than 2 ms ago. *)
+let last_feed = Atomic.make (-1, 0.)
+
+let note_feed () = Atomic.set last_feed (Thread.id (Thread.self ()), Unix.gettimeofday ())
+
+let fed_by_another () =
+  let id, at = Atomic.get last_feed in
+  id >= 0 && id <> Thread.id (Thread.self ()) && Unix.gettimeofday () -. at < 0.002
+
 (* A counted call: public, refused after stop, and injectable; [answer] is
    its failure answer, for the functions in [answerable].  Takes the
    device's stopped flag, as regions are made before their device. *)
@@ -607,6 +618,15 @@ module D = struct
           else if t.mut = m_sleep_keeps_runtime_busy then fun dev seen still ->
             (* "completion is near, poll for it": only with work in flight *)
             if c_last_value dev <> c_word dev then c_sleep_holding dev seen still else c_sleep dev seen still
+          else if t.mut = m_sleep_keeps_runtime_beside_feed then fun dev seen still ->
+            (* 1-ms slices, each held while another thread feeds a queue *)
+            let until = Unix.gettimeofday () +. (float still /. 1000.) in
+            let rec slices () =
+              let left = int_of_float (Float.ceil ((until -. Unix.gettimeofday ()) *. 1000.)) in
+              if left <= 0 || c_word dev <> seen then false
+              else (if fed_by_another () then c_sleep_holding dev seen 1 else c_sleep dev seen 1) || slices ()
+            in
+            slices ()
           else c_sleep
         in
         let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
@@ -699,6 +719,7 @@ let open_device slot =
   (* The queue's closures hold dev, so the C device outlives any holder of
      the queue, not just of the device. *)
   let keep v = ignore (Sys.opaque_identity dev); v in
+  let keep = if mut = m_sleep_keeps_runtime_beside_feed then fun v -> note_feed (); keep v else keep in
   let sleepers = { waiting = Atomic.make 0; begun = Atomic.make 0 } in
   let queue =
     {

@@ -134,6 +134,7 @@ let mutant_table =
     ("sleep-keeps-runtime-late", "SIG-3", "sleep's blocking step releases the OCaml runtime for the first half of still_ms, then, the word unmoved, waits out the rest with it kept", 94);
     ("sleep-keeps-runtime-short", "SIG-3", "sleep's blocking step keeps the OCaml runtime when still_ms is 5 or less (too short to block for, it spins); longer sleeps release it", 130);
     ("sleep-keeps-runtime-busy", "SIG-3", "sleep's blocking step keeps the OCaml runtime while the device has work given and not done (it polls for a near completion); on an idle device it releases it", 128);
+    ("sleep-keeps-runtime-beside-feed", "SIG-3", "sleep's blocking step keeps the OCaml runtime when another thread called room, submit or commit (of any device) in the last 2 ms (\"work is being fed, poll for it\"); otherwise it releases it", 131);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
     ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
     ("public-unmasked", "SIG-6", "its functions that start with the check of rig_holds () leave signals as the caller had them", 39);
@@ -229,6 +230,7 @@ let m_prepare_fault_marks = 93
 let m_sleep_keeps_runtime_late = 94
 let m_sleep_keeps_runtime_busy = 128
 let m_sleep_keeps_runtime_short = 130
+let m_sleep_keeps_runtime_beside_feed = 131
 let m_prepare_evicts_first = 95
 let m_prepare_evicts_pooled = 96
 let m_prepare_steals_when_short = 97

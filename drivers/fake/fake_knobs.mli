@@ -63,6 +63,7 @@ val m_prepare_fault_marks : int
 val m_sleep_keeps_runtime_late : int
 val m_sleep_keeps_runtime_busy : int
 val m_sleep_keeps_runtime_short : int
+val m_sleep_keeps_runtime_beside_feed : int
 val m_signaled_low_word : int
 val m_stop_forgets_regions : int
 val m_signaled_gone_after_stop : int

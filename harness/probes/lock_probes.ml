@@ -916,6 +916,56 @@ end
 let sig3_busy (module Pk : Rig_edge.Package) ~seed =
   let module K = Probes.Kit (Pk) in
   let module Pr = Probe (Pk) in
+  (* During each busy measure a thread of the probe's keeps another call
+     of the driver in flight: room, submit and commit of one small Fill on
+     a second device, in a loop, waiting for the word every 64 submits
+     (or when room asks to grow).  A step may keep the runtime only while
+     another counted call runs (blind cs-sig3-while-other-call); the vote
+     is on the sleeping thread's own hold, which the pump's calls do not
+     add to.  Without a second opener, or Device memory there, no pump;
+     a call of the pump that fails or raises ends it for the case. *)
+  let with_other_calls s =
+    match K.openers () with
+    | _ :: o2 :: _ -> (
+        let d2 = K.open_dev s o2 in
+        match K.alloc s d2 Rig_edge.Device 64 with
+        | None -> fun f -> f ()
+        | Some r ->
+            let q = d2.K.facts.queue and sub = Rig_edge.encode [ K.fill_part r ~off:0 ~len:64 ~byte:(K.byte s) ] in
+            let usable = Atomic.make true in
+            (* its word up to the last value, 2 s at most *)
+            let settle () =
+              let until = Probes.now () +. 2. in
+              while Pk.D.signaled d2.d < d2.last && Probes.now () < until do
+                P.masked (fun () -> Pk.D.sleep d2.d ~seen:(Pk.D.signaled d2.d) ~still_ms:20)
+              done
+            in
+            let rec pump running n =
+              if Atomic.get running then
+                match P.masked (fun () -> q.room sub) with
+                | Rig_edge.Room ->
+                    let v = d2.last + 1 in
+                    let submitted = P.masked (fun () -> q.submit sub ~value:v) in
+                    d2.last <- v;
+                    if submitted && P.masked q.commit then begin
+                      if n mod 64 = 63 then settle ();
+                      pump running (n + 1)
+                    end
+                    else Atomic.set usable false
+                | Grow when n > 0 -> settle (); pump running 0
+                | Grow -> (
+                    match P.masked (fun () -> Pk.D.grow d2.d) with
+                    | Rig_edge.Grown -> pump running 1
+                    | Short _ -> Atomic.set usable false)
+            in
+            fun f ->
+              if not (Atomic.get usable) then f ()
+              else
+                let running = Atomic.make true in
+                let t = Thread.create (fun () -> try pump running 0 with _ -> Atomic.set usable false) () in
+                Fun.protect ~finally:(fun () -> Atomic.set running false; Thread.join t) f)
+    | _ -> fun f -> f ()
+  in
   K.run ~clause:"SIG-3" ~seed (fun s ->
       if not (Pr.hooks_judge && P.runtime_hooks_chained ()) then
         raise (Probes.Skip "the runtime's blocking-section hooks are not the primitives': the idle probe judges SIG-3 alone");
@@ -924,6 +974,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       let h = K.kit_entry s dev "hang" hang in
       dev.hung <- true;
       let w = Pk.D.signaled dev.d in
+      let with_other_calls = with_other_calls s in
       (* One measure: sleeps until [blocked_goal_ms] spent inside them, on a
          thread of its own (bounded), since a sleep with work hanging that
          never returns is TIME-4's, not this clause's. *)
@@ -949,7 +1000,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
               let calls, blocked_ms, own, faulted = go ~calls:0 ~blocked_ms:0. ~own:[] in
               (calls, blocked_ms, own, faulted, P.waits () - waits0))
         in
-        match Probes.watch ~ms:(int_of_float (Pr.blocked_goal_ms *. 4.) + 8000) run with
+        match Probes.watch ~ms:(int_of_float (Pr.blocked_goal_ms *. 4.) + 8000) (fun () -> with_other_calls run) with
         | Probes.Done r -> r
         | Probes.Raised e -> raise (Probes.Skip (spf "a sleep with work hanging raised %s" (Printexc.to_string e)))
         | Probes.Late ->
