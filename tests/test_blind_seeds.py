@@ -66,6 +66,7 @@ SETS = [
     ("test_blind_bw", "BLINDBW"),
     ("test_blind_cs", "BLINDCS"),
     ("test_blind_hw", "BLINDHW"),
+    ("test_blind_lq", "BLINDLQ"),
 ]
 
 

@@ -35,6 +35,21 @@ let broken fmt = Printf.ksprintf (fun s -> raise (Broken s)) fmt
    device busy, a thread refused): what follows judges nothing. *)
 exception Open_refused of string
 
+(* A statement ended otherwise than expected because the driver's locate
+   or peer raised inside it: that is LOCK-5's or LOCK-6's, judged by
+   probe.locate-peer-quiet (which can tell a check of rig_holds from a
+   fault), not a failure of the scenario's clauses. *)
+exception Quiet_call_raised of string
+
+(* The first locate or peer that raised among [events] after [seq]. *)
+let quiet_call_raised ~after (events : Validate.event list) =
+  List.find_map
+    (fun (e : Validate.event) ->
+      match e.phase with
+      | Raise r when e.seq > after && (e.fn = "locate" || e.fn = "peer") -> Some (e.fn, r)
+      | _ -> None)
+    events
+
 module Interp (P : Rig_edge.Package) = struct
   module E = Scenarios.Env (P)
   module R = E.R
@@ -243,14 +258,21 @@ module Interp (P : Rig_edge.Package) = struct
           go rest
       | st :: rest ->
           let expected = Option.value st.expect ~default:"ok" in
+          let after = List.fold_left (fun m (e : Validate.event) -> max m e.seq) (-1) (E.V.events ()) in
           (match attempt st.verb st.args with
           | outcome when outcome <> expected -> (
-              match (st.verb, expected, Scenarios.make_raised (E.V.events ())) with
-              | "open", "ok", Some raised ->
+              let events = E.V.events () in
+              match (st.verb, expected, Scenarios.make_raised events, quiet_call_raised ~after events) with
+              | "open", "ok", Some raised, _ ->
                   raise
                     (Open_refused
                        (Printf.sprintf "%s:%d: %s ended %s: the driver's make raised %s" file st.line (S.string_of_stmt st)
                           outcome raised))
+              | _, _, _, Some (fn, raised) ->
+                  raise
+                    (Quiet_call_raised
+                       (Printf.sprintf "%s:%d: %s ended %s: the driver's %s raised %s (LOCK-5's or LOCK-6's)" file st.line
+                          (S.string_of_stmt st) outcome fn raised))
               | _ ->
                   unmet :=
                     finding clause "%s:%d: %s ended %s, not %s" file st.line (S.string_of_stmt st) outcome expected
@@ -323,7 +345,7 @@ let case ~file (t : S.t) =
       | exception Scenarios.Needs what -> Not_applicable ("needs " ^ what)
       | exception _ when !Case.injecting -> Ran (seen ())
       | exception Broken why -> Ran (seen ~could_not_go_on:why ())
-      | exception Open_refused why -> (
+      | exception (Open_refused why | Quiet_call_raised why) -> (
           (* as Scenarios.case does after the driver's failure *)
           match seen () with [] -> Not_applicable ("not judged: " ^ why) | fs -> Ran fs)
       | exception e -> Ran (seen () @ [ finding (List.hd t.clauses) "%s raised %s" file (Printexc.to_string e) ])

@@ -87,17 +87,34 @@ module Order = struct
   let pairs : (int * int, string * string) Hashtbl.t = Hashtbl.create 64
   let inversions : (string * string) list ref = ref []
 
+  (* The thread that holds mu, while it does: the record's updates
+     allocate, an allocation may run a finaliser or a Memprof callback,
+     and either may take a counted lock (SIG-7 lets a finaliser) on the
+     same thread.  That take and its give are not recorded: taking mu again
+     raised EDEADLK (blind lq-region-fin-lock). *)
+  let owner = Atomic.make (-1)
+
   (* The order's own mutex is held while OCaml code runs: counted like any
      other (LOCK-3), with no allocation between the count and the handler
      that uncounts it. *)
-  let locked f =
-    hold ();
-    match Mutex.protect mu f with
-    | v -> give (); v
-    | exception e -> give (); raise e
+  let locked ~skipped f =
+    let self = Thread.id (Thread.self ()) in
+    if Atomic.get owner = self then skipped
+    else begin
+      hold ();
+      match
+        Mutex.protect mu (fun () ->
+            Atomic.set owner self;
+            match f () with
+            | v -> Atomic.set owner (-1); v
+            | exception e -> Atomic.set owner (-1); raise e)
+      with
+      | v -> give (); v
+      | exception e -> give (); raise e
+    end
 
   let taking self (id, name) =
-    locked (fun () ->
+    locked ~skipped:() (fun () ->
         let mine = Option.value ~default:[] (Hashtbl.find_opt held self) in
         List.iter
           (fun (h, hname) ->
@@ -110,7 +127,7 @@ module Order = struct
         Hashtbl.replace held self ((id, name) :: mine))
 
   let given self id =
-    locked (fun () ->
+    locked ~skipped:() (fun () ->
         match Hashtbl.find_opt held self with
         | Some mine -> Hashtbl.replace held self (List.filter (fun (h, _) -> h <> id) mine)
         | None -> ())
@@ -149,7 +166,7 @@ module Lock = struct
   let protector = ref { protect = protect_conforming }
   let protect l f = !protector.protect l f
 
-  let order_inversions () = Order.locked (fun () -> List.rev !Order.inversions)
+  let order_inversions () = Order.locked ~skipped:[] (fun () -> List.rev !Order.inversions)
 
   let await l c =
     let self = Thread.id (Thread.self ()) in
