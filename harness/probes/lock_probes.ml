@@ -933,10 +933,11 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
         | Some r ->
             let q = d2.K.facts.queue and sub = Rig_edge.encode [ K.fill_part r ~off:0 ~len:64 ~byte:(K.byte s) ] in
             let usable = Atomic.make true in
-            (* its word up to the last value, 2 s at most *)
-            let settle () =
+            (* its word up to the last value, 2 s at most, while the
+               measure lasts *)
+            let settle running =
               let until = Probes.now () +. 2. in
-              while Pk.D.signaled d2.d < d2.last && Probes.now () < until do
+              while Atomic.get running && Pk.D.signaled d2.d < d2.last && Probes.now () < until do
                 P.masked (fun () -> Pk.D.sleep d2.d ~seen:(Pk.D.signaled d2.d) ~still_ms:20)
               done
             in
@@ -948,11 +949,11 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                     let submitted = P.masked (fun () -> q.submit sub ~value:v) in
                     d2.last <- v;
                     if submitted && P.masked q.commit then begin
-                      if n mod 64 = 63 then settle ();
+                      if n mod 64 = 63 then settle running;
                       pump running (n + 1)
                     end
                     else Atomic.set usable false
-                | Grow when n > 0 -> settle (); pump running 0
+                | Grow when n > 0 -> settle running; pump running 0
                 | Grow -> (
                     match P.masked (fun () -> Pk.D.grow d2.d) with
                     | Rig_edge.Grown -> pump running 1
