@@ -122,6 +122,9 @@ let public fn f =
   end
   else P.masked f
 
+(* The locate-waits-every-4th mutant's count of locates. *)
+let locates = Atomic.make 0
+
 (* The sleep-keeps-runtime-beside-feed mutant: the thread and time of the
    last room, submit or commit of any device, and whether that was another
    thread's, less than 2 ms ago. *)
@@ -334,6 +337,8 @@ module D = struct
     ignore (injected "locate");
     if t.mut = m_locate_waits then P.wait Thread.yield;
     if t.mut = m_locate_checks_holds then P.check_unheld "locate";
+    if t.mut = m_locate_mapping_checks_holds && (r.kind = Peer_mapping || r.kind = Host_mapping) then P.check_unheld "locate";
+    if t.mut = m_locate_waits_every_4th && Atomic.fetch_and_add locates 1 mod 4 = 3 then P.wait Thread.yield;
     if t.mut = m_locate_logs then prerr_endline "fake: locate";
     if t.mut = m_locate_faults_when_lost && c_dead t.dev then raise (Fault "fake: locate of a region of a lost device");
     if t.mut = m_locate_cache_torn || t.mut = m_locate_cache_self then

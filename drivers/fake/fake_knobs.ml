@@ -119,6 +119,8 @@ let mutant_table =
     ("peer-takes-lock", "LOCK-5", "peer reads the peer table under a counted lock of its own (never held long)", 123);
     ("locate-logs", "LOCK-6", "locate writes a line to stderr and flushes it: it blocks while the pipe is full", 122);
     ("locate-checks-holds", "LOCK-5", "locate starts as make does: it raises Invalid_argument while rig_holds () is not 0", 117);
+    ("locate-mapping-checks-holds", "LOCK-5", "locate of a peer or host mapping (not of other regions) starts as make does: it raises Invalid_argument while rig_holds () is not 0", 132);
+    ("locate-waits-every-4th", "LOCK-6", "every 4th locate (process-wide) enters a wait (a statistics flush); the others answer at once", 133);
     ("locate-cache-self", "LOCK-9", "locate keeps a one-entry cache per thread that it fills itself on a miss, its key and value written with an allocation between them: a locate from a callback inside locate leaves one region's key beside another's place", 112);
     ("locate-cache-torn", "LOCK-9", "locate keeps a one-entry cache per thread that alloc primes, its key and value written with an allocation between them: a locate from a callback there leaves one region's key beside another's place", 101);
     ("signaled-try-lock", "LOCK-5", "signaled counts its reads under a try-lock of its own (counted with rig_hold; it never blocks)", 64);
@@ -231,6 +233,8 @@ let m_sleep_keeps_runtime_late = 94
 let m_sleep_keeps_runtime_busy = 128
 let m_sleep_keeps_runtime_short = 130
 let m_sleep_keeps_runtime_beside_feed = 131
+let m_locate_mapping_checks_holds = 132
+let m_locate_waits_every_4th = 133
 let m_prepare_evicts_first = 95
 let m_prepare_evicts_pooled = 96
 let m_prepare_steals_when_short = 97
