@@ -67,6 +67,7 @@ SETS = [
     ("test_blind_cs", "BLINDCS"),
     ("test_blind_hw", "BLINDHW"),
     ("test_blind_lq", "BLINDLQ"),
+    ("test_blind_oc", "BLINDOC"),
 ]
 
 

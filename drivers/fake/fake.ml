@@ -122,6 +122,26 @@ let public fn f =
   end
   else P.masked f
 
+(* The sleep-keeps-runtime-beside-* mutants' step: 1-ms slices of sleep,
+   each one keeping the runtime while [while_ ()] holds, until still ms
+   have passed or the word moved; true if the device faulted. *)
+let held_slices ~while_ dev seen still =
+  let until = Unix.gettimeofday () +. (float still /. 1000.) in
+  let rec slices () =
+    let left = int_of_float (Float.ceil ((until -. Unix.gettimeofday ()) *. 1000.)) in
+    if left <= 0 || c_word dev <> seen then false
+    else (if while_ () then c_sleep_holding dev seen 1 else c_sleep dev seen 1) || slices ()
+  in
+  slices ()
+
+(* The sleep-keeps-runtime-beside-alloc mutant: the thread and time of the
+   last alloc or free of any device. *)
+let last_alloc = Atomic.make (-1, 0.)
+
+let alloc_by_another () =
+  let id, at = Atomic.get last_alloc in
+  id >= 0 && id <> Thread.id (Thread.self ()) && Unix.gettimeofday () -. at < 0.002
+
 (* The locate-waits-every-4th mutant's count of locates. *)
 let locates = Atomic.make 0
 
@@ -362,6 +382,7 @@ module D = struct
     && not (d.mut = m_peer_two_opens && (d.nth_open > 2 || d'.nth_open > 2))
 
   let alloc t m n =
+    if t.mut = m_sleep_keeps_runtime_beside_alloc then Atomic.set last_alloc (Thread.id (Thread.self ()), Unix.gettimeofday ());
     counted t "alloc" ~answer:(fun () -> None) (fun () ->
         if n <= 0 || n mod E.word <> 0 then invalid_arg "fake: alloc of a size not a positive multiple of 4";
         alloc_guard t (fun () ->
@@ -373,6 +394,7 @@ module D = struct
               Some r))
 
   let free t r =
+    if t.mut = m_sleep_keeps_runtime_beside_alloc then Atomic.set last_alloc (Thread.id (Thread.self ()), Unix.gettimeofday ());
     public "free" (fun () ->
         (if t.mut = m_free_lock_uncounted then Mutex.protect free_mutex else fun g -> g ()) @@ fun () ->
         if t.mut = m_free_lock_uncounted then last_freed := Some r.place.size;
@@ -623,15 +645,10 @@ module D = struct
           else if t.mut = m_sleep_keeps_runtime_busy then fun dev seen still ->
             (* "completion is near, poll for it": only with work in flight *)
             if c_last_value dev <> c_word dev then c_sleep_holding dev seen still else c_sleep dev seen still
-          else if t.mut = m_sleep_keeps_runtime_beside_feed then fun dev seen still ->
-            (* 1-ms slices, each held while another thread feeds a queue *)
-            let until = Unix.gettimeofday () +. (float still /. 1000.) in
-            let rec slices () =
-              let left = int_of_float (Float.ceil ((until -. Unix.gettimeofday ()) *. 1000.)) in
-              if left <= 0 || c_word dev <> seen then false
-              else (if fed_by_another () then c_sleep_holding dev seen 1 else c_sleep dev seen 1) || slices ()
-            in
-            slices ()
+          else if t.mut = m_sleep_keeps_runtime_beside_feed then held_slices ~while_:fed_by_another
+          else if t.mut = m_sleep_keeps_runtime_beside_alloc then held_slices ~while_:alloc_by_another
+          else if t.mut = m_sleep_keeps_runtime_beside_sleeper then
+            held_slices ~while_:(fun () -> Atomic.get t.sleepers.waiting > 1)
           else c_sleep
         in
         let unmasked = if t.mut = m_sleep_unmasks then Some (Thread.sigmask Unix.SIG_SETMASK []) else None in
@@ -646,7 +663,7 @@ module D = struct
           else P.wait (fun () -> step t.dev seen still_ms)
         in
         let wait =
-          if t.mut = m_commit_fails_beside_sleep then fun () ->
+          if t.mut = m_commit_fails_beside_sleep || t.mut = m_sleep_keeps_runtime_beside_sleeper then fun () ->
             Atomic.incr t.sleepers.begun;
             Atomic.incr t.sleepers.waiting;
             Fun.protect ~finally:(fun () -> Atomic.decr t.sleepers.waiting) wait

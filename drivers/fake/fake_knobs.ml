@@ -137,6 +137,8 @@ let mutant_table =
     ("sleep-keeps-runtime-short", "SIG-3", "sleep's blocking step keeps the OCaml runtime when still_ms is 5 or less (too short to block for, it spins); longer sleeps release it", 130);
     ("sleep-keeps-runtime-busy", "SIG-3", "sleep's blocking step keeps the OCaml runtime while the device has work given and not done (it polls for a near completion); on an idle device it releases it", 128);
     ("sleep-keeps-runtime-beside-feed", "SIG-3", "sleep's blocking step keeps the OCaml runtime when another thread called room, submit or commit (of any device) in the last 2 ms (\"work is being fed, poll for it\"); otherwise it releases it", 131);
+    ("sleep-keeps-runtime-beside-sleeper", "SIG-3", "sleep's blocking step keeps the OCaml runtime while another thread sleeps on the same device (the first sleeper \"owns the interrupt\", the others poll); a lone sleeper releases it", 134);
+    ("sleep-keeps-runtime-beside-alloc", "SIG-3", "sleep's blocking step keeps the OCaml runtime when another thread called alloc or free (of any device) in the last 2 ms (\"memory is moving, completion soon\"); otherwise it releases it", 135);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
     ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
     ("public-unmasked", "SIG-6", "its functions that start with the check of rig_holds () leave signals as the caller had them", 39);
@@ -233,6 +235,8 @@ let m_sleep_keeps_runtime_late = 94
 let m_sleep_keeps_runtime_busy = 128
 let m_sleep_keeps_runtime_short = 130
 let m_sleep_keeps_runtime_beside_feed = 131
+let m_sleep_keeps_runtime_beside_sleeper = 134
+let m_sleep_keeps_runtime_beside_alloc = 135
 let m_locate_mapping_checks_holds = 132
 let m_locate_waits_every_4th = 133
 let m_prepare_evicts_first = 95

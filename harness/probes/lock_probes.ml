@@ -916,56 +916,86 @@ end
 let sig3_busy (module Pk : Rig_edge.Package) ~seed =
   let module K = Probes.Kit (Pk) in
   let module Pr = Probe (Pk) in
-  (* During each busy measure a thread of the probe's keeps another call
-     of the driver in flight: room, submit and commit of one small Fill on
-     a second device, in a loop, waiting for the word every 64 submits
-     (or when room asks to grow).  A step may keep the runtime only while
-     another counted call runs (blind cs-sig3-while-other-call); the vote
-     is on the sleeping thread's own hold, which the pump's calls do not
-     add to.  Without a second opener, or Device memory there, no pump;
-     a call of the pump that fails or raises ends it for the case. *)
-  let with_other_calls s =
-    match K.openers () with
-    | _ :: o2 :: _ -> (
-        let d2 = K.open_dev s o2 in
-        match K.alloc s d2 Rig_edge.Device 64 with
-        | None -> fun f -> f ()
-        | Some r ->
-            let q = d2.K.facts.queue and sub = Rig_edge.encode [ K.fill_part r ~off:0 ~len:64 ~byte:(K.byte s) ] in
-            let usable = Atomic.make true in
-            (* its word up to the last value, 2 s at most, while the
-               measure lasts *)
-            let settle running =
-              let until = Probes.now () +. 2. in
-              while Atomic.get running && Pk.D.signaled d2.d < d2.last && Probes.now () < until do
-                P.masked (fun () -> Pk.D.sleep d2.d ~seen:(Pk.D.signaled d2.d) ~still_ms:20)
-              done
-            in
-            let rec pump running n =
-              if Atomic.get running then
+  (* During each busy measure the probe's own threads keep the driver in
+     use besides the judged sleeps, as a program's other threads would: a
+     step may keep the runtime only while something happens elsewhere.
+     - a pump: room, submit and commit of one small Fill on a second
+       device, in a loop, waiting for its word every 64 submits or when
+       room asks to grow (blind cs-sig3-while-other-call: another counted
+       call in flight; oc-rate-poll: a high submit rate);
+     - a churn: alloc and free of 64 bytes of that device, in a loop (blind
+       oc-alloc-held: memory moving on another thread);
+     - a second sleeper on the judged device, 20-ms sleeps in a loop (blind
+       oc-shared-irq: another thread already sleeping there);
+     - the kit's hang on a third device, the first opener opened again,
+       launched once (blind oc-sibling-busy: another device with work).
+     Only the sleeping thread's own hold is judged, which the others' calls
+     do not add to.  What cannot be set up (one opener, no Device memory, a
+     third open refused) is left out; a companion's call that fails or
+     raises ends that companion for the case. *)
+  let companions s (dev : K.dev) ~hang ~seen =
+    let loop usable body running =
+      try while Atomic.get running && Atomic.get usable do body running done with _ -> Atomic.set usable false
+    in
+    let sleeper =
+      let usable = Atomic.make true in
+      (usable, loop usable (fun _ -> P.masked (fun () -> Pk.D.sleep dev.d ~seen ~still_ms:20)))
+    in
+    let on_second =
+      match K.openers () with
+      | o1 :: o2 :: _ -> (
+          let d2 = K.open_dev s o2 in
+          (* the sibling's hang, on a device of its own *)
+          (try
+             let d3 = K.open_dev s o1 in
+             let h3 = K.kit_entry s d3 "hang" hang in
+             d3.hung <- true;
+             ignore (K.launch d3 h3 "sibling's hang")
+           with _ -> ());
+          match K.alloc s d2 Rig_edge.Device 64 with
+          | None -> []
+          | Some r ->
+              let q = d2.K.facts.queue and sub = Rig_edge.encode [ K.fill_part r ~off:0 ~len:64 ~byte:(K.byte s) ] in
+              (* its word up to the last value, 2 s at most, while the
+                 measure lasts *)
+              let settle running =
+                let until = Probes.now () +. 2. in
+                while Atomic.get running && Pk.D.signaled d2.d < d2.last && Probes.now () < until do
+                  P.masked (fun () -> Pk.D.sleep d2.d ~seen:(Pk.D.signaled d2.d) ~still_ms:20)
+                done
+              in
+              let pumped = ref 0 in
+              let pump running =
                 match P.masked (fun () -> q.room sub) with
                 | Rig_edge.Room ->
                     let v = d2.last + 1 in
                     let submitted = P.masked (fun () -> q.submit sub ~value:v) in
                     d2.last <- v;
-                    if submitted && P.masked q.commit then begin
-                      if n mod 64 = 63 then settle running;
-                      pump running (n + 1)
-                    end
-                    else Atomic.set usable false
-                | Grow when n > 0 -> settle running; pump running 0
+                    if not (submitted && P.masked q.commit) then failwith "the pump's submit or commit failed";
+                    incr pumped;
+                    if !pumped mod 64 = 0 then settle running
+                | Grow when !pumped > 0 -> settle running; pumped := 0
                 | Grow -> (
                     match P.masked (fun () -> Pk.D.grow d2.d) with
-                    | Rig_edge.Grown -> pump running 1
-                    | Short _ -> Atomic.set usable false)
-            in
-            fun f ->
-              if not (Atomic.get usable) then f ()
-              else
-                let running = Atomic.make true in
-                let t = Thread.create (fun () -> try pump running 0 with _ -> Atomic.set usable false) () in
-                Fun.protect ~finally:(fun () -> Atomic.set running false; Thread.join t) f)
-    | _ -> fun f -> f ()
+                    | Rig_edge.Grown -> pumped := 1
+                    | Short _ -> failwith "the pump's grow was Short")
+              in
+              (* it hands the runtime on after each pair: it would
+                 otherwise keep it from the pump for a tick at a time *)
+              let churn _ =
+                match P.masked (fun () -> Pk.D.alloc d2.d Rig_edge.Device 64) with
+                | Some r -> P.masked (fun () -> Pk.D.free d2.d r); Thread.yield ()
+                | None -> failwith "the churn's alloc failed"
+              in
+              let pump_usable = Atomic.make true and churn_usable = Atomic.make true in
+              [ (pump_usable, loop pump_usable pump); (churn_usable, loop churn_usable churn) ])
+      | _ -> []
+    in
+    let all = sleeper :: on_second in
+    fun f ->
+      let running = Atomic.make true in
+      let threads = List.filter_map (fun (usable, body) -> if Atomic.get usable then Some (Thread.create body running) else None) all in
+      Fun.protect ~finally:(fun () -> Atomic.set running false; List.iter Thread.join threads) f
   in
   K.run ~clause:"SIG-3" ~seed (fun s ->
       if not (Pr.hooks_judge && P.runtime_hooks_chained ()) then
@@ -975,7 +1005,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       let h = K.kit_entry s dev "hang" hang in
       dev.hung <- true;
       let w = Pk.D.signaled dev.d in
-      let with_other_calls = with_other_calls s in
+      let with_company = companions s dev ~hang ~seen:w in
       (* One measure: sleeps until [blocked_goal_ms] spent inside them, on a
          thread of its own (bounded), since a sleep with work hanging that
          never returns is TIME-4's, not this clause's. *)
@@ -1001,7 +1031,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
               let calls, blocked_ms, own, faulted = go ~calls:0 ~blocked_ms:0. ~own:[] in
               (calls, blocked_ms, own, faulted, P.waits () - waits0))
         in
-        match Probes.watch ~ms:(int_of_float (Pr.blocked_goal_ms *. 4.) + 8000) (fun () -> with_other_calls run) with
+        match Probes.watch ~ms:(int_of_float (Pr.blocked_goal_ms *. 4.) + 8000) (fun () -> with_company run) with
         | Probes.Done r -> r
         | Probes.Raised e -> raise (Probes.Skip (spf "a sleep with work hanging raised %s" (Printexc.to_string e)))
         | Probes.Late ->
