@@ -480,8 +480,12 @@ module Quiet (Pk : Rig_edge.Package) = struct
        without a cycle, a call that waits only the first time (blind
        lq-peer-first-pair) stands on its own. *)
     let counters () = (P.waits (), P.activity (), P.holds ()) in
+    (* No collection while stdout and stderr are full pipes: a finaliser
+       that logs would block there for good (one runs right before). *)
+    let pipes_full = ref false in
+    let collect () = if not !pipes_full then Gc.full_major () in
     let shows_again ~inside like moved =
-      Gc.full_major ();
+      collect ();
       let seen = ref false in
       let call g =
         let before = counters () in
@@ -510,7 +514,7 @@ module Quiet (Pk : Rig_edge.Package) = struct
       let measure ?(outside_returned = false) where =
         (* the finalisers of what was dropped so far run now, not in f;
            one may still run in f only if a major cycle ends there *)
-        Gc.full_major ();
+        collect ();
         let waits, activity, holds = counters () and cycles = (Gc.quick_stat ()).major_collections in
         let measured = C_locks.taken_in (fun () -> slept_in f) in
         let quiet_gc = (Gc.quick_stat ()).major_collections = cycles in
@@ -621,7 +625,10 @@ module Quiet (Pk : Rig_edge.Package) = struct
     map_a_peer ();
     (* A write to stdout or stderr may block, for as long as the reader
        lets the pipe stay full: make it so, and ask again. *)
-    with_full_output (fun () -> probe "with stdout and stderr full pipes");
+    Gc.full_major ();
+    with_full_output (fun () ->
+        pipes_full := true;
+        Fun.protect ~finally:(fun () -> pipes_full := false) (fun () -> probe "with stdout and stderr full pipes"));
     (* Work in flight: a fill of the region, not waited for. *)
     let q = (D.facts d).queue in
     let v = 1 + (seed mod 9) in
