@@ -134,27 +134,22 @@ let held_slices ~while_ dev seen still =
   in
   slices ()
 
-(* The sleep-keeps-runtime-beside-alloc mutant: the thread and time of the
-   last alloc or free of any device. *)
-let last_alloc = Atomic.make (-1, 0.)
+(* The thread and time of the last call of a kind, for the
+   sleep-keeps-runtime-beside-* mutants: [stamp] notes one, [by_another]
+   says whether the last was another thread's, less than 2 ms ago. *)
+let stamp last = Atomic.set last (Thread.id (Thread.self ()), Unix.gettimeofday ())
 
-let alloc_by_another () =
-  let id, at = Atomic.get last_alloc in
+let by_another last () =
+  let id, at = Atomic.get last in
   id >= 0 && id <> Thread.id (Thread.self ()) && Unix.gettimeofday () -. at < 0.002
+
+(* beside-alloc's: alloc or free of any device; beside-feed's: room,
+   submit or commit of any device *)
+let last_alloc = Atomic.make (-1, 0.)
+let last_feed = Atomic.make (-1, 0.)
 
 (* The locate-waits-every-4th mutant's count of locates. *)
 let locates = Atomic.make 0
-
-(* The sleep-keeps-runtime-beside-feed mutant: the thread and time of the
-   last room, submit or commit of any device, and whether that was another
-   thread's, less than 2 ms ago. *)
-let last_feed = Atomic.make (-1, 0.)
-
-let note_feed () = Atomic.set last_feed (Thread.id (Thread.self ()), Unix.gettimeofday ())
-
-let fed_by_another () =
-  let id, at = Atomic.get last_feed in
-  id >= 0 && id <> Thread.id (Thread.self ()) && Unix.gettimeofday () -. at < 0.002
 
 (* A counted call: public, refused after stop, and injectable; [answer] is
    its failure answer, for the functions in [answerable].  Takes the
@@ -382,7 +377,7 @@ module D = struct
     && not (d.mut = m_peer_two_opens && (d.nth_open > 2 || d'.nth_open > 2))
 
   let alloc t m n =
-    if t.mut = m_sleep_keeps_runtime_beside_alloc then Atomic.set last_alloc (Thread.id (Thread.self ()), Unix.gettimeofday ());
+    if t.mut = m_sleep_keeps_runtime_beside_alloc then stamp last_alloc;
     counted t "alloc" ~answer:(fun () -> None) (fun () ->
         if n <= 0 || n mod E.word <> 0 then invalid_arg "fake: alloc of a size not a positive multiple of 4";
         alloc_guard t (fun () ->
@@ -394,7 +389,7 @@ module D = struct
               Some r))
 
   let free t r =
-    if t.mut = m_sleep_keeps_runtime_beside_alloc then Atomic.set last_alloc (Thread.id (Thread.self ()), Unix.gettimeofday ());
+    if t.mut = m_sleep_keeps_runtime_beside_alloc then stamp last_alloc;
     public "free" (fun () ->
         (if t.mut = m_free_lock_uncounted then Mutex.protect free_mutex else fun g -> g ()) @@ fun () ->
         if t.mut = m_free_lock_uncounted then last_freed := Some r.place.size;
@@ -645,8 +640,8 @@ module D = struct
           else if t.mut = m_sleep_keeps_runtime_busy then fun dev seen still ->
             (* "completion is near, poll for it": only with work in flight *)
             if c_last_value dev <> c_word dev then c_sleep_holding dev seen still else c_sleep dev seen still
-          else if t.mut = m_sleep_keeps_runtime_beside_feed then held_slices ~while_:fed_by_another
-          else if t.mut = m_sleep_keeps_runtime_beside_alloc then held_slices ~while_:alloc_by_another
+          else if t.mut = m_sleep_keeps_runtime_beside_feed then held_slices ~while_:(by_another last_feed)
+          else if t.mut = m_sleep_keeps_runtime_beside_alloc then held_slices ~while_:(by_another last_alloc)
           else if t.mut = m_sleep_keeps_runtime_beside_sleeper then
             held_slices ~while_:(fun () -> Atomic.get t.sleepers.waiting > 1)
           else c_sleep
@@ -741,7 +736,7 @@ let open_device slot =
   (* The queue's closures hold dev, so the C device outlives any holder of
      the queue, not just of the device. *)
   let keep v = ignore (Sys.opaque_identity dev); v in
-  let keep = if mut = m_sleep_keeps_runtime_beside_feed then fun v -> note_feed (); keep v else keep in
+  let keep = if mut = m_sleep_keeps_runtime_beside_feed then fun v -> stamp last_feed; keep v else keep in
   let sleepers = { waiting = Atomic.make 0; begun = Atomic.make 0 } in
   let queue =
     {

@@ -934,13 +934,13 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
      third open refused) is left out; a companion's call that fails or
      raises ends that companion for the case. *)
   let companions s (dev : K.dev) ~hang ~seen =
-    let loop usable body running =
-      try while Atomic.get running && Atomic.get usable do body running done with _ -> Atomic.set usable false
-    in
-    let sleeper =
+    (* a companion: whether it still works, and its loop, run while the
+       measure lasts *)
+    let companion body =
       let usable = Atomic.make true in
-      (usable, loop usable (fun _ -> P.masked (fun () -> Pk.D.sleep dev.d ~seen ~still_ms:20)))
+      (usable, fun running -> try while Atomic.get running && Atomic.get usable do body running done with _ -> Atomic.set usable false)
     in
+    let sleeper = companion (fun _ -> P.masked (fun () -> Pk.D.sleep dev.d ~seen ~still_ms:20)) in
     let on_second =
       match K.openers () with
       | o1 :: o2 :: _ -> (
@@ -987,8 +987,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                 | Some r -> P.masked (fun () -> Pk.D.free d2.d r); Thread.yield ()
                 | None -> failwith "the churn's alloc failed"
               in
-              let pump_usable = Atomic.make true and churn_usable = Atomic.make true in
-              [ (pump_usable, loop pump_usable pump); (churn_usable, loop churn_usable churn) ])
+              [ companion pump; companion churn ])
       | _ -> []
     in
     let all = sleeper :: on_second in
