@@ -65,3 +65,23 @@ def test_a_crash_that_does_not_come_again_passes_nothing_and_fails_nothing(plugi
     crashed = [c for c in verdict.values() if "crashed once" in c["evidence"]]
     assert crashed and all(c["verdict"] == "unchecked" and "killed by SIGABRT in stop" in c["evidence"] for c in crashed)
     assert all(verdict[i]["verdict"] != "fail" for i in ("STOP-2", "STOP-3")), proc.stdout[-3000:]
+
+
+def test_a_crash_after_a_stop_that_releases_what_rig_made_fails_stop5_only(plugin, tmp_path):
+    # crashing-stop-releases frees rig's regions in stop (STOP-5) and aborts
+    # at rig's later unload: the flows that stop and unload crash, and those
+    # crashes rest on STOP-5's finding, not on their cases' clauses.
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [ensure_rig(), "certify", "--plugin", plugin, "--driver", "crashing-stop-releases", "--no-sweep",
+         "--no-color", "--seeds", "1", "--only", "STOP-5,STOP-1,CNT-4", "--report", str(report)],
+        cwd=ROOT, capture_output=True, text=True, timeout=CERTIFY_TIMEOUT,
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    data = json.loads(report.read_text())
+    assert [r for r in data["runs"] if r["outcome"] == "crash"], proc.stdout[-3000:]
+    verdict = {c["id"]: c for c in data["clauses"]}
+    assert [i for i, c in verdict.items() if c["verdict"] == "fail"] == ["STOP-5"], proc.stdout[-3000:]
+    for i in ("STOP-1", "CNT-4"):
+        assert verdict[i]["verdict"] == "unchecked", verdict[i]
+        assert "which STOP-5 finds stop releases" in verdict[i]["evidence"] and "SIGABRT" in verdict[i]["evidence"], verdict[i]

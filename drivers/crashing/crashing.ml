@@ -9,7 +9,11 @@
      that aborts the process, after the case has ended;
    - crashing-once: the first stop of all the processes that share the
      file $CRASHING_ONCE_MARK aborts, no later one (a crash that does not
-     come again when its case runs again). *)
+     come again when its case runs again);
+   - crashing-stop-releases: stop frees every region alloc made on the
+     device (STOP-5's violation), and rig's later unload of one of its
+     images aborts, as a use of what stop freed may: a crash that STOP-5's
+     finding explains, not its own case's clauses. *)
 
 external segfault : unit -> unit = "crashing_segfault"
 external abort : unit -> unit = "crashing_abort"
@@ -45,6 +49,41 @@ let () =
         | Some mark when first mark -> abort ()
         | _ -> Hostmem.D.stop d ~fault
     end);
+  register "crashing-stop-releases"
+    (let regions = ref [] and images = ref [] and stopped = ref [] and m = Mutex.create () in
+     let mine d l = List.filter_map (fun (d', x) -> if d' == d then Some x else None) l in
+     (module struct
+       include Hostmem.D
+       let alloc d mem n =
+         let r = Hostmem.D.alloc d mem n in
+         Option.iter (fun r -> Mutex.protect m (fun () -> regions := (d, r) :: !regions)) r;
+         r
+       let free d r =
+         let live = Mutex.protect m (fun () ->
+             let live = List.exists (fun (_, r') -> r' == r) !regions in
+             regions := List.filter (fun (_, r') -> r' != r) !regions;
+             live)
+         in
+         if live then Hostmem.D.free d r
+       let image d b =
+         let i = Hostmem.D.image d b in
+         Result.iter (fun i -> Mutex.protect m (fun () -> images := (d, i) :: !images)) i;
+         i
+       let stop d ~fault =
+         let rs = Mutex.protect m (fun () ->
+             stopped := d :: !stopped;
+             let rs = mine d !regions in
+             regions := List.filter (fun (d', _) -> d' != d) !regions;
+             rs)
+         in
+         List.iter (fun r -> try Hostmem.D.free d r with _ -> ()) rs;
+         Hostmem.D.stop d ~fault
+       let unload i =
+         let after_stop = Mutex.protect m (fun () ->
+             List.exists (fun (d, i') -> i' == i && List.memq d !stopped) !images)
+         in
+         if after_stop then abort () else Hostmem.D.unload i
+     end));
   register "crashing-locate-spins"
     (module struct
       include Hostmem.D

@@ -113,23 +113,32 @@ let why_unchecked _ = "no check of this clause yet"
    rig's side has one: a stop while a call was in flight shows that call
    uncounted (CNT-2, CNT-3) only if rig waits for the calls it counts,
    which CNT-1's rig.calls-in-flight may find it does not; and where it
-   does not, the rest of a call stopped midway comes after stop (CNT-4). *)
+   does not, the rest of a call stopped midway comes after stop (CNT-4).
+   And a run that stopped a device goes on using the regions rig made
+   there, as rig may until it frees them: where STOP-5 finds stop releases
+   them, a crash after a stop may be rig's use of freed memory (blind
+   bs-stop-frees-regions: heap corruption that aborted a later flow), which
+   says nothing of its case's clauses. *)
 type premise = {
   check : string;  (** the clause that checks the premise *)
   shown_by : Runner.result -> bool;  (** the runs whose finding of [check] breaks it *)
   rests : string;                     (** the driver function whose call makes a run rest on it *)
   resting : string -> bool;           (** the clauses whose findings rest on it *)
+  crash_rests : bool;                 (** whether a crash of such a run rests on it too *)
   says : string;
 }
 
 let premises =
   [ { check = "TIME-1"; shown_by = (fun _ -> true); rests = "signaled"; resting = (fun _ -> true);
-      says = "its run read the word through signaled, which TIME-1 finds does not read it" };
+      crash_rests = false; says = "its run read the word through signaled, which TIME-1 finds does not read it" };
     { check = "MEM-2"; shown_by = (fun r -> r.job.case.name = "probe.MEM-2.given-back"); rests = "free"; resting = (fun _ -> true);
-      says = "its run rests on memory that free gives back, which MEM-2 finds free does not" };
+      crash_rests = false; says = "its run rests on memory that free gives back, which MEM-2 finds free does not" };
     { check = "CNT-1"; shown_by = (fun r -> r.job.case.name = "rig.calls-in-flight"); rests = "stop";
-      resting = (fun c -> List.mem c [ "CNT-2"; "CNT-3"; "CNT-4" ]);
-      says = "its run rests on rig waiting for the calls it counts before stop, which CNT-1 finds it does not" } ]
+      resting = (fun c -> List.mem c [ "CNT-2"; "CNT-3"; "CNT-4" ]); crash_rests = false;
+      says = "its run rests on rig waiting for the calls it counts before stop, which CNT-1 finds it does not" };
+    { check = "STOP-5"; shown_by = (fun r -> r.job.case.name = "probe.STOP-5.keeps-word"); rests = "stop";
+      resting = (fun _ -> false); crash_rests = true;
+      says = "its run went on using what rig made after a stop, which STOP-5 finds stop releases" } ]
 
 let under_premise results (p : premise) =
   let broken =
@@ -156,6 +165,9 @@ let under_premise results (p : premise) =
                 List.map (fun (f : Case.finding) -> (f.clause, Printf.sprintf "%s (%s); it found: %s" p.says evidence f.detail)) resting
               in
               { r with outcome = Findings kept; unjudged = r.unjudged @ unjudged }
+          | Crashed how when p.crash_rests && List.mem_assoc p.rests r.traced ->
+              let unjudged = List.map (fun c -> (c, Printf.sprintf "%s (%s); it crashed: %s" p.says evidence how)) r.job.case.clauses in
+              { r with outcome = Findings []; unjudged = r.unjudged @ unjudged }
           | _ -> r)
         results
 

@@ -334,7 +334,13 @@ let collect ?overstay r ended ~timed_out =
              the outer call holds, not of itself: later runs still wait for it. *)
           Hashtbl.replace hangs (hang_key j fn) (Printf.sprintf "case %s, seed %d" j.case.name j.seed)
       | _ -> ());
-      ([ (i, { job = j; outcome; calls = calls_of records; traced = traced_of records; unjudged = unjudged_of j records; seconds }) ], [])
+      (* a crash wrote no TRACED records: the page says what it called *)
+      let traced =
+        match outcome with
+        | Crashed _ when traced_of records = [] -> List.map (fun fn -> (fn, 1)) (Child_process.entered c)
+        | _ -> traced_of records
+      in
+      ([ (i, { job = j; outcome; calls = calls_of records; traced; unjudged = unjudged_of j records; seconds }) ], [])
   | batch when overstay = None && (not timed_out) && (match ended with Some (Exited (0 | 1)) -> false | _ -> true) ->
       (* The batch failed after its points (at exit, say): each point again
          alone, so that the one to blame has its own verdict. *)

@@ -46,7 +46,7 @@ type result = {
   job : job;
   outcome : outcome;
   calls : (string * int) list;  (** the calls per driver function the case reported *)
-  traced : (string * int) list;  (** every call the child made of each driver function (Call_trace.called) *)
+  traced : (string * int) list;  (** every call the child made of each driver function (Call_trace.called); for a crash, each function it entered, once *)
   unjudged : (string * string) list;
       (** the case's clauses it found nothing to judge in this run, and why
           (Case.report_unjudged): they take no pass from it *)

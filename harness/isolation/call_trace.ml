@@ -5,6 +5,7 @@ external attach : int -> bool = "rig_iso_trace_attach"
 external enter_page : int -> unit = "rig_iso_trace_enter" [@@noalloc]
 external leave : int -> unit = "rig_iso_trace_leave" [@@noalloc]
 external read : int -> (int * (int * int) list) list = "rig_iso_trace_read"
+external entered_mask : int -> int = "rig_iso_trace_entered"
 
 (* A call's number on the page is its index here. *)
 let names =
@@ -32,6 +33,10 @@ let attach_page fd = attach (fd_int fd)
 let name i = if i >= 0 && i < Array.length names then names.(i) else Printf.sprintf "call #%d" i
 let in_flight fd =
   List.map (fun (tid, calls) -> (tid, List.map (fun (f, ms) -> (name f, float ms /. 1000.)) calls)) (read (fd_int fd))
+
+let entered fd =
+  let mask = entered_mask (fd_int fd) in
+  List.filter_map (fun i -> if mask land (1 lsl i) <> 0 then Some names.(i) else None) (List.init (Array.length names) Fun.id)
 
 let longest threads =
   List.fold_left

@@ -16,6 +16,10 @@ val create : unit -> Unix.file_descr
     it started. *)
 val in_flight : Unix.file_descr -> (int * (string * float) list) list
 
+(** The driver functions any thread of the child entered at least once
+    (a crashed child never wrote its TRACED records). *)
+val entered : Unix.file_descr -> string list
+
 (** The call in flight the longest, with its seconds. *)
 val longest : (int * (string * float) list) list -> (string * float) option
 

@@ -26,6 +26,7 @@ type t = {
   mutable open_ : bool;
   mutable at_end : Unix.file_descr list;  (* pipes whose writers are all gone *)
   mutable flight : (int * (string * float) list) list;
+  mutable entered : string list;
 }
 
 let pid c = c.pid
@@ -55,7 +56,7 @@ let spawn ?argv0 ~prog ~args () =
   Unix.set_nonblock out_r;
   Unix.set_nonblock chan_r;
   { pid; out = out_r; chan = chan_r; calls; reader = Channel.reader ~token;
-    output = { head = Buffer.create 1024; tail = ""; total = 0 }; open_ = true; at_end = []; flight = [] }
+    output = { head = Buffer.create 1024; tail = ""; total = 0 }; open_ = true; at_end = []; flight = []; entered = [] }
 
 (* A pipe at its end would wake every select at once: left out. *)
 let descriptors c = if c.open_ then List.filter (fun fd -> not (List.memq fd c.at_end)) [ c.out; c.chan ] else []
@@ -113,6 +114,7 @@ let finish c =
   if c.open_ then begin
     drain c;
     c.flight <- Call_trace.in_flight c.calls;
+    c.entered <- Call_trace.entered c.calls;
     List.iter (fun fd -> try Unix.close fd with Unix.Unix_error _ -> ()) [ c.out; c.chan; c.calls ];
     c.open_ <- false
   end;
@@ -121,6 +123,7 @@ let finish c =
 let records c = Channel.records c.reader
 let foreign_bytes c = Channel.foreign_bytes c.reader
 let in_flight c = if c.open_ then Call_trace.in_flight c.calls else c.flight
+let entered c = if c.open_ then Call_trace.entered c.calls else c.entered
 let output c = (Buffer.contents c.output.head, c.output.tail, c.output.total)
 
 let last_lines c n =

@@ -42,6 +42,9 @@ val foreign_bytes : t -> int
 (** The calls in flight when it ended (after [finish]), or now (before). *)
 val in_flight : t -> (int * (string * float) list) list
 
+(** The driver functions it entered (after [finish]), or so far (before). *)
+val entered : t -> string list
+
 (** The start of what it wrote on stdout and stderr, and its end, each
     bounded; and how many bytes it wrote in all. *)
 val output : t -> string * string * int

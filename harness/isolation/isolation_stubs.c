@@ -215,6 +215,9 @@ struct trace_page {
   uint32_t magic;
   atomic_int used;
   struct trace_slot slots[TRACE_SLOTS];
+  /* bit fn set once any thread entered fn: what a run had called before a
+   * crash, which its records never say */
+  atomic_uint entered;
 };
 
 static struct trace_page *page;
@@ -261,6 +264,8 @@ static int64_t monotonic_ns(void)
 /* Both [@@noalloc]: a traced call allocates nothing more than the driver's. */
 value rig_iso_trace_enter(value fn)
 {
+  if (page != NULL && Int_val(fn) >= 0 && Int_val(fn) < 32)
+    atomic_fetch_or_explicit(&page->entered, 1u << Int_val(fn), memory_order_relaxed);
   struct trace_slot *s = slot();
   if (s) {
     if (s->depth >= 0 && s->depth < TRACE_DEPTH) {
@@ -317,6 +322,15 @@ value rig_iso_trace_read(value vfd)
     res = cell;
   }
   CAMLreturn(res);
+}
+
+/* The functions entered so far, as a bit set by number. */
+value rig_iso_trace_entered(value vfd)
+{
+  struct trace_page pg;
+  ssize_t n = pread(Int_val(vfd), &pg, sizeof pg, 0);
+  if (n != (ssize_t)sizeof pg || pg.magic != TRACE_MAGIC) return Val_int(0);
+  return Val_long((intnat)atomic_load(&pg.entered));
 }
 
 /* ------------------------------------------------ the child's channel */
