@@ -62,7 +62,11 @@ include Fake_injection
 type kind = Memory of E.memory | Peer_mapping | Host_mapping | Word
 
 (* Sleeps of a device in their wait, and sleeps begun. *)
-type sleepers = { waiting : int Atomic.t; begun : int Atomic.t }
+type sleepers = {
+  waiting : int Atomic.t;
+  begun : int Atomic.t;
+  feeding : int list Atomic.t;  (* while-fed's: threads whose room answered Room, before their commit *)
+}
 
 type t = {
   id : int;
@@ -147,6 +151,16 @@ let by_another last () =
    submit or commit of any device *)
 let last_alloc = Atomic.make (-1, 0.)
 let last_feed = Atomic.make (-1, 0.)
+
+(* amid-alloc's: the alloc and free calls in flight, of any device *)
+let allocs_in_flight = Atomic.make 0
+
+let amid_alloc t f =
+  if t.mut <> m_sleep_keeps_runtime_amid_alloc then f ()
+  else begin
+    Atomic.incr allocs_in_flight;
+    Fun.protect ~finally:(fun () -> Atomic.decr allocs_in_flight) f
+  end
 
 (* The locate-waits-every-4th mutant's count of locates. *)
 let locates = Atomic.make 0
@@ -378,6 +392,7 @@ module D = struct
 
   let alloc t m n =
     if t.mut = m_sleep_keeps_runtime_beside_alloc then stamp last_alloc;
+    amid_alloc t @@ fun () ->
     counted t "alloc" ~answer:(fun () -> None) (fun () ->
         if n <= 0 || n mod E.word <> 0 then invalid_arg "fake: alloc of a size not a positive multiple of 4";
         alloc_guard t (fun () ->
@@ -390,6 +405,7 @@ module D = struct
 
   let free t r =
     if t.mut = m_sleep_keeps_runtime_beside_alloc then stamp last_alloc;
+    amid_alloc t @@ fun () ->
     public "free" (fun () ->
         (if t.mut = m_free_lock_uncounted then Mutex.protect free_mutex else fun g -> g ()) @@ fun () ->
         if t.mut = m_free_lock_uncounted then last_freed := Some r.place.size;
@@ -642,6 +658,11 @@ module D = struct
             if c_last_value dev <> c_word dev then c_sleep_holding dev seen still else c_sleep dev seen still
           else if t.mut = m_sleep_keeps_runtime_beside_feed then held_slices ~while_:(by_another last_feed)
           else if t.mut = m_sleep_keeps_runtime_beside_alloc then held_slices ~while_:(by_another last_alloc)
+          else if t.mut = m_sleep_keeps_runtime_amid_alloc then held_slices ~while_:(fun () -> Atomic.get allocs_in_flight > 0)
+          else if t.mut = m_sleep_keeps_runtime_while_fed then
+            held_slices ~while_:(fun () ->
+                let me = Thread.id (Thread.self ()) in
+                List.exists (fun id -> id <> me) (Atomic.get t.sleepers.feeding))
           else if t.mut = m_sleep_keeps_runtime_beside_sleeper then
             held_slices ~while_:(fun () -> Atomic.get t.sleepers.waiting > 1)
           else c_sleep
@@ -737,13 +758,21 @@ let open_device slot =
      the queue, not just of the device. *)
   let keep v = ignore (Sys.opaque_identity dev); v in
   let keep = if mut = m_sleep_keeps_runtime_beside_feed then fun v -> stamp last_feed; keep v else keep in
-  let sleepers = { waiting = Atomic.make 0; begun = Atomic.make 0 } in
+  let sleepers = { waiting = Atomic.make 0; begun = Atomic.make 0; feeding = Atomic.make [] } in
+  let rec note f = let l = Atomic.get sleepers.feeding in if not (Atomic.compare_and_set sleepers.feeding l (f l)) then note f in
+  let fed () = let me = Thread.id (Thread.self ()) in note (List.filter (fun id -> id <> me)) in
+  let room s =
+    let a = keep (q.room s) in
+    if mut = m_sleep_keeps_runtime_while_fed && a = E.Room then (let me = Thread.id (Thread.self ()) in note (fun l -> me :: l));
+    a
+  in
   let queue =
     {
-      E.room = (fun s -> keep (q.room s));
+      E.room;
       submit = (fun s ~value -> keep (q.submit s ~value));
       commit =
         (fun () ->
+          if mut = m_sleep_keeps_runtime_while_fed then fed ();
           if mut <> m_commit_fails_beside_sleep then keep (q.commit ())
           else
             (* a sleep in its wait as the commit begins, or one begun while

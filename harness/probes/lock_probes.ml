@@ -928,12 +928,36 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
      - a second sleeper on the judged device, 20-ms sleeps in a loop (blind
        oc-shared-irq: another thread already sleeping there);
      - the kit's hang on a third device, the first opener opened again,
-       launched once (blind oc-sibling-busy: another device with work).
+       launched once (blind oc-sibling-busy: another device with work);
+     - a feeder of the judged device's own queue: room, submit and commit
+       of one small Fill, queued behind the hang, growing the queues when
+       room asks, until a grow is Short (blind oc-feed-poll: another
+       thread feeding the device; oc-grow-spin: the queues growing).
      Only the sleeping thread's own hold is judged, which the others' calls
      do not add to.  What cannot be set up (one opener, no Device memory, a
      third open refused) is left out; a companion's call that fails or
-     raises ends that companion for the case. *)
+     raises ends that companion for the case.
+     Each judged sleep starts, where it can within 20 ms, while the pump or
+     the churn is inside a call of the driver: the condition those drivers
+     wait for.  A thread switch lands inside such a call only at an
+     allocation there (the runtime's tick), so during the measure the pump
+     and the churn hand the runtime on at each allocation inside their
+     calls (Alloc_points), as a tick landing there would. *)
   let companions s (dev : K.dev) ~hang ~seen =
+    (* the thread id of the pump's and the churn's call in flight, or -1 *)
+    let pump_in = Atomic.make (-1) and churn_in = Atomic.make (-1) and feeder_in = Atomic.make (-1) in
+    (* nothing allocates between the mark and the driver's call *)
+    let calling mark f =
+      Atomic.set mark (Thread.id (Thread.self ()));
+      match f () with
+      | v -> Atomic.set mark (-1); v
+      | exception e -> Atomic.set mark (-1); raise e
+    in
+    let in_call () = Atomic.get pump_in >= 0 || Atomic.get churn_in >= 0 || Atomic.get feeder_in >= 0 in
+    let hand_on () =
+      let me = Thread.id (Thread.self ()) in
+      if Atomic.get pump_in = me || Atomic.get churn_in = me || Atomic.get feeder_in = me then Thread.yield ()
+    in
     (* a companion: whether it still works, and its loop, run while the
        measure lasts *)
     let companion body =
@@ -966,12 +990,12 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
               in
               let pumped = ref 0 in
               let pump running =
-                match P.masked (fun () -> q.room sub) with
+                match P.masked (fun () -> calling pump_in (fun () -> q.room sub)) with
                 | Rig_edge.Room ->
                     let v = d2.last + 1 in
-                    let submitted = P.masked (fun () -> q.submit sub ~value:v) in
+                    let submitted = P.masked (fun () -> calling pump_in (fun () -> q.submit sub ~value:v)) in
                     d2.last <- v;
-                    if not (submitted && P.masked q.commit) then failwith "the pump's submit or commit failed";
+                    if not (submitted && P.masked (fun () -> calling pump_in q.commit)) then failwith "the pump's submit or commit failed";
                     incr pumped;
                     if !pumped mod 64 = 0 then settle running
                 | Grow when !pumped > 0 -> settle running; pumped := 0
@@ -983,18 +1007,56 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
               (* it hands the runtime on after each pair: it would
                  otherwise keep it from the pump for a tick at a time *)
               let churn _ =
-                match P.masked (fun () -> Pk.D.alloc d2.d Rig_edge.Device 64) with
-                | Some r -> P.masked (fun () -> Pk.D.free d2.d r); Thread.yield ()
+                match P.masked (fun () -> calling churn_in (fun () -> Pk.D.alloc d2.d Rig_edge.Device 64)) with
+                | Some r -> P.masked (fun () -> calling churn_in (fun () -> Pk.D.free d2.d r)); Thread.yield ()
                 | None -> failwith "the churn's alloc failed"
               in
               [ companion pump; companion churn ])
       | _ -> []
     in
+    (* marked from room to commit: the device is being fed all along *)
+    let feeder =
+      match K.alloc s dev Rig_edge.Device 64 with
+      | None -> []
+      | Some r ->
+          let q = dev.K.facts.queue and sub = Rig_edge.encode [ K.fill_part r ~off:0 ~len:64 ~byte:(K.byte s) ] in
+          let feed _ =
+            Atomic.set feeder_in (Thread.id (Thread.self ()));
+            Fun.protect ~finally:(fun () -> Atomic.set feeder_in (-1)) (fun () ->
+                match P.masked (fun () -> q.room sub) with
+                | Rig_edge.Room ->
+                    let v = dev.last + 1 in
+                    let submitted = P.masked (fun () -> q.submit sub ~value:v) in
+                    dev.last <- v;
+                    if not (submitted && P.masked q.commit) then failwith "the feeder's submit or commit failed"
+                | Grow -> (
+                    match P.masked (fun () -> Pk.D.grow dev.d) with
+                    | Rig_edge.Grown -> ()
+                    | Short _ -> failwith "the feeder's queues are full"));
+            Thread.yield ()
+          in
+          [ companion feed ]
+    in
+    let on_second = on_second @ feeder in
     let all = sleeper :: on_second in
-    fun f ->
+    (* before a judged sleep: hands the runtime on until the pump or the
+       churn is inside a call, 20 ms at most *)
+    let amid_call () =
+      if on_second <> [] then begin
+        let until = Probes.now () +. 0.02 in
+        while (not (in_call ())) && Probes.now () < until do Thread.yield () done
+      end
+    in
+    let with_company f =
       let running = Atomic.make true in
+      if on_second <> [] then Alloc_points.use hand_on;
       let threads = List.filter_map (fun (usable, body) -> if Atomic.get usable then Some (Thread.create body running) else None) all in
-      Fun.protect ~finally:(fun () -> Atomic.set running false; List.iter Thread.join threads) f
+      Fun.protect f ~finally:(fun () ->
+          Atomic.set running false;
+          List.iter Thread.join threads;
+          if on_second <> [] then Alloc_points.use ignore)
+    in
+    (with_company, amid_call)
   in
   K.run ~clause:"SIG-3" ~seed (fun s ->
       if not (Pr.hooks_judge && P.runtime_hooks_chained ()) then
@@ -1004,7 +1066,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       let h = K.kit_entry s dev "hang" hang in
       dev.hung <- true;
       let w = Pk.D.signaled dev.d in
-      let with_company = companions s dev ~hang ~seen:w in
+      let with_company, amid_call = companions s dev ~hang ~seen:w in
       (* One measure: sleeps until [blocked_goal_ms] spent inside them, on a
          thread of its own (bounded), since a sleep with work hanging that
          never returns is TIME-4's, not this clause's. *)
@@ -1020,6 +1082,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                 if Pr.enough_sleeps ~calls ~blocked_ms then (calls, blocked_ms, own, None)
                 else
                   let still_ms = Pr.still_cycle.(calls mod Array.length Pr.still_cycle) in
+                  amid_call ();
                   let _, held0 = P.time_in_waits () and t0 = Probes.now () in
                   match P.masked (fun () -> Pk.D.sleep dev.d ~seen:w ~still_ms) with
                   | () ->
