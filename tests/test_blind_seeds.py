@@ -68,6 +68,8 @@ SETS = [
     ("test_blind_hw", "BLINDHW"),
     ("test_blind_lq", "BLINDLQ"),
     ("test_blind_oc", "BLINDOC"),
+    ("test_blind_am", "BLINDAM"),
+    ("test_blind_sr", "BLINDSR"),
 ]
 
 

@@ -84,4 +84,4 @@ def test_a_crash_after_a_stop_that_releases_what_rig_made_fails_stop5_only(plugi
     assert [i for i, c in verdict.items() if c["verdict"] == "fail"] == ["STOP-5"], proc.stdout[-3000:]
     for i in ("STOP-1", "CNT-4"):
         assert verdict[i]["verdict"] == "unchecked", verdict[i]
-        assert "which STOP-5 finds stop releases" in verdict[i]["evidence"] and "SIGABRT" in verdict[i]["evidence"], verdict[i]
+        assert "STOP-5 finds stop releases what rig made" in verdict[i]["evidence"] and "SIGABRT" in verdict[i]["evidence"], verdict[i]

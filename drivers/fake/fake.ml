@@ -707,6 +707,7 @@ module D = struct
     public "unload" (fun () ->
         ignore (injected "unload");
         if Atomic.exchange i.unloaded true then invalid_arg "fake: image unloaded twice";
+        if i.on.mut = m_stop_forgets_images && Atomic.get i.on.stopped then invalid_arg "fake: unload of an image stop released";
         c_unload i.iptr)
 end
 

@@ -26,6 +26,7 @@
 
 struct fake_mem {
   atomic_int refs;
+  atomic_int revoked; /* stop-revokes-imports mutant: an importer's stop took it */
   int owned; /* 0: host memory map_host aliases, not ours to free */
   size_t size;
   unsigned char *bytes;
@@ -230,6 +231,7 @@ static struct fake_mem *mem_new(size_t n) {
     return NULL;
   }
   atomic_init(&m->refs, 1);
+  atomic_init(&m->revoked, 0);
   m->owned = 1;
   m->size = n;
   return m;
@@ -576,6 +578,7 @@ struct fake_region *fake_map_host(struct fake_dev *d, void *p, size_t n) {
     m = malloc(sizeof *m);
     if (!m) return NULL;
     atomic_init(&m->refs, 1);
+    atomic_init(&m->revoked, 0);
     m->owned = 0;
     m->size = size;
     m->bytes = p;
@@ -664,6 +667,7 @@ int fake_region_read(struct fake_region *r, size_t off, void *into, size_t len) 
 }
 
 int fake_region_revoked(struct fake_region *r) {
+  if (atomic_load(&r->mem->revoked)) return 1;
   struct fake_dev *e = r->exporter;
   if (!e) return 0;
   dev_lock(e);
@@ -1485,6 +1489,12 @@ void fake_stop(struct fake_dev *d) {
    * the worker may still hold one. */
   d->used[FAKE_DEVICE] -= d->queue_bytes;
   d->queue_bytes = 0;
+  if (mutant(d, FAKE_M_STOP_REVOKES_IMPORTS))
+    /* The memory under each peer mapping it made, revoked for the region
+     * it maps too (STOP-5): its own device's reach of it faults. */
+    for (int b = 0; b < FAKE_BUCKETS; b++)
+      for (struct fake_region *r = d->buckets[b]; r; r = r->next)
+        if (r->kind == -1 && r->mem->owned) atomic_store(&r->mem->revoked, 1);
   if (mutant(d, FAKE_M_STOP_FREES_REGIONS))
     /* Releases what rig made (STOP-5): rig's later free of each region
      * then uses it after this free. */

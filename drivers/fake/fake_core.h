@@ -94,7 +94,8 @@ enum fake_mutant {
   FAKE_M_STOP_REVOKES_MAPS = 110, /* STOP-5: a device's stop revokes the peer mappings other devices made of its memory */
   FAKE_M_STOP_POOLS_WORD = 111, /* STOP-5: stop gives the word to a pool; the next open takes it and resets it to 0 */
   FAKE_M_FREE_KEEPS_CHARGE = 119, /* MEM-2: free of a Device region leaves its bytes charged: alloc answers None for memory freed */
-  FAKE_M_WORD_HALVES = 121 /* TIME-1: the word is written as two 32-bit halves, low first, 500 us apart: signaled can read half a write */
+  FAKE_M_WORD_HALVES = 121, /* TIME-1: the word is written as two 32-bit halves, low first, 500 us apart: signaled can read half a write */
+  FAKE_M_STOP_REVOKES_IMPORTS = 139 /* STOP-5: an importer's stop revokes the regions it mapped by map_peer, at their own device too */
 };
 
 /* Bytes of Device memory a queue slot (one part) costs. */

@@ -140,6 +140,8 @@ let mutant_table =
     ("sleep-keeps-runtime-beside-sleeper", "SIG-3", "sleep's blocking step keeps the OCaml runtime while another thread sleeps on the same device (the first sleeper \"owns the interrupt\", the others poll); a lone sleeper releases it", 134);
     ("sleep-keeps-runtime-beside-alloc", "SIG-3", "sleep's blocking step keeps the OCaml runtime when another thread called alloc or free (of any device) in the last 2 ms (\"memory is moving, completion soon\"); otherwise it releases it", 135);
     ("sleep-keeps-runtime-amid-alloc", "SIG-3", "sleep's blocking step keeps the OCaml runtime while another thread is inside alloc or free (of any device) when a 1-ms slice starts; otherwise it releases it: a sleep that starts amid such a call holds the caller there until still_ms passed", 136);
+    ("stop-forgets-images", "STOP-5", "stop takes the images loaded for released: rig's unload of one after stop raises Invalid_argument (OCaml side only)", 138);
+    ("stop-revokes-imports", "STOP-5", "the stop of a device that mapped another device's region by map_peer revokes that region: its own device's reach of it raises Fault", 139);
     ("sleep-keeps-runtime-while-fed", "SIG-3", "sleep's blocking step keeps the OCaml runtime while another thread's room on the device answered Room and its commit has not come (\"the queue is being fed, poll for it\"); otherwise it releases it", 137);
     ("worker-unmasked", "SIG-8", "the device's worker thread leaves signals unblocked", 37);
     ("lock-order-inversion", "LOCK-8", "alloc takes two driver locks in one order, free in the other", 38);
@@ -241,6 +243,7 @@ let m_sleep_keeps_runtime_beside_sleeper = 134
 let m_sleep_keeps_runtime_beside_alloc = 135
 let m_sleep_keeps_runtime_amid_alloc = 136
 let m_sleep_keeps_runtime_while_fed = 137
+let m_stop_forgets_images = 138
 let m_locate_mapping_checks_holds = 132
 let m_locate_waits_every_4th = 133
 let m_prepare_evicts_first = 95

@@ -68,6 +68,7 @@ val m_sleep_keeps_runtime_beside_sleeper : int
 val m_sleep_keeps_runtime_beside_alloc : int
 val m_sleep_keeps_runtime_amid_alloc : int
 val m_sleep_keeps_runtime_while_fed : int
+val m_stop_forgets_images : int
 val m_locate_mapping_checks_holds : int
 val m_locate_waits_every_4th : int
 val m_signaled_low_word : int

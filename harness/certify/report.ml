@@ -116,9 +116,12 @@ let why_unchecked _ = "no check of this clause yet"
    does not, the rest of a call stopped midway comes after stop (CNT-4).
    And a run that stopped a device goes on using the regions rig made
    there, as rig may until it frees them: where STOP-5 finds stop releases
-   them, a crash after a stop may be rig's use of freed memory (blind
-   bs-stop-frees-regions: heap corruption that aborted a later flow), which
-   says nothing of its case's clauses. *)
+   them (a probe.STOP-5 case's finding, or its crash after the stop), a
+   crash once stop was called may be a use of freed memory, rig's or the
+   driver's own work's (blind bs-stop-frees-regions: heap corruption that
+   aborted a later flow; blind sr-stop-unmaps-host-pages: the driver's
+   worker writing host pages its stop had unmapped), which says nothing of
+   its case's clauses. *)
 type premise = {
   check : string;  (** the clause that checks the premise *)
   shown_by : Runner.result -> bool;  (** the runs whose finding of [check] breaks it *)
@@ -136,15 +139,25 @@ let premises =
     { check = "CNT-1"; shown_by = (fun r -> r.job.case.name = "rig.calls-in-flight"); rests = "stop";
       resting = (fun c -> List.mem c [ "CNT-2"; "CNT-3"; "CNT-4" ]); crash_rests = false;
       says = "its run rests on rig waiting for the calls it counts before stop, which CNT-1 finds it does not" };
-    { check = "STOP-5"; shown_by = (fun r -> r.job.case.name = "probe.STOP-5.keeps-word"); rests = "stop";
+    { check = "STOP-5"; shown_by = (fun r -> String.starts_with ~prefix:"probe.STOP-5." r.job.case.name); rests = "stop";
       resting = (fun _ -> false); crash_rests = true;
-      says = "its run went on using what rig made after a stop, which STOP-5 finds stop releases" } ]
+      says = "its run crashed once it had called stop, and STOP-5 finds stop releases what rig made, which rig and the driver's own work may still use" } ]
+
+(* A crash "in stop" is stop's own: no evidence that stop released what
+   later calls used (a crash there of another case may still be, as the
+   driver's own work can meet what its stop released). *)
+let crashed_after_stop how =
+  let rec has i = i + 8 <= String.length how && (String.sub how i 8 = " in stop" || has (i + 1)) in
+  not (has 0)
 
 let under_premise results (p : premise) =
   let broken =
     List.find_map
       (fun (r : Runner.result) ->
         match r.outcome with
+        | Crashed how when p.crash_rests && p.shown_by r && List.mem_assoc p.rests r.traced && crashed_after_stop how ->
+            (* its own check of what the run did after stop died there *)
+            Some (Printf.sprintf "case %s crashed after %s, seed %d: %s" r.job.case.name p.rests r.job.seed how)
         | Findings fs when p.shown_by r ->
             List.find_map
               (fun (f : Case.finding) ->
@@ -165,7 +178,7 @@ let under_premise results (p : premise) =
                 List.map (fun (f : Case.finding) -> (f.clause, Printf.sprintf "%s (%s); it found: %s" p.says evidence f.detail)) resting
               in
               { r with outcome = Findings kept; unjudged = r.unjudged @ unjudged }
-          | Crashed how when p.crash_rests && List.mem_assoc p.rests r.traced ->
+          | Crashed how when p.crash_rests && List.mem_assoc p.rests r.traced && not (p.shown_by r) ->
               let unjudged = List.map (fun c -> (c, Printf.sprintf "%s (%s); it crashed: %s" p.says evidence how)) r.job.case.clauses in
               { r with outcome = Findings []; unjudged = r.unjudged @ unjudged }
           | _ -> r)
@@ -196,13 +209,20 @@ let verdicts ~cases ~selected results =
             match (ran, applicable) with
             | [], _ -> line Unchecked "its cases did not run (interrupted)" None
             | _, [] -> (
-                match List.find_map (fun (r : Runner.result) -> match r.outcome with Not_applicable w -> Some w | _ -> None) ran with
-                | Some why -> line Na why None
-                | None ->
-                    let r = List.hd unjudged in
-                    line Unchecked
-                      (Printf.sprintf "not judged: %s (case %s, seed %d)" (List.assoc c.id r.unjudged) r.job.case.name r.job.seed)
-                      None)
+                (* a run a false premise kept from its verdict had something
+                   to judge: it says more than a run with nothing to judge *)
+                let not_judged (r : Runner.result) =
+                  line Unchecked
+                    (Printf.sprintf "not judged: %s (case %s, seed %d)" (List.assoc c.id r.unjudged) r.job.case.name r.job.seed)
+                    None
+                in
+                let on_a_premise (r : Runner.result) =
+                  List.exists (fun p -> String.starts_with ~prefix:p.says (List.assoc c.id r.unjudged)) premises
+                in
+                match (List.find_opt on_a_premise unjudged, List.find_map (fun (r : Runner.result) -> match r.outcome with Not_applicable w -> Some w | _ -> None) ran) with
+                | Some r, _ -> not_judged r
+                | None, Some why -> line Na why None
+                | None, None -> not_judged (List.hd unjudged))
             | _ ->
                 let names = List.sort_uniq compare (List.map (fun (r : Runner.result) -> r.job.case.name) applicable) in
                 line Pass

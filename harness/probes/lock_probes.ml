@@ -62,8 +62,9 @@ module Probe (Pk : Rig_edge.Package) = struct
   (* Stops d and, once its word reads [last] (bounded), frees what the probe
      made and the driver's own word; a word that never gets there leaves
      them to the process's end. *)
-  let close d ?(images = []) ?(regions = []) last =
-    (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
+  let close d ?(stopped = false) ?(images = []) ?(regions = []) last =
+    (* rig stops a device once (CNT-1) *)
+    if not stopped then (try P.masked (fun () -> D.stop d ~fault:None) with _ -> ());
     if Probes.word_reaches ~signaled:(fun () -> D.signaled d) ~last ~ms:5000 then begin
       List.iter (fun r -> try P.masked (fun () -> D.free d r) with _ -> ()) regions;
       List.iter (fun i -> try P.masked (fun () -> D.unload i) with _ -> ()) images;
@@ -296,7 +297,7 @@ module Probe (Pk : Rig_edge.Package) = struct
     let regions = ref [] and images = ref [] and shut = ref [] in
     let finish () =
       ignore (call "stop" (fun () -> D.stop d ~fault:None));
-      close d ~regions:!regions ~images:!images !last
+      close d ~stopped:true ~regions:!regions ~images:!images !last
     in
     Fun.protect ~finally:finish (fun () ->
         (match get "alloc" (call "alloc" (fun () -> D.alloc d Rig_edge.Device 64)) with
@@ -937,26 +938,51 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
      do not add to.  What cannot be set up (one opener, no Device memory, a
      third open refused) is left out; a companion's call that fails or
      raises ends that companion for the case.
-     Each judged sleep starts, where it can within 20 ms, while the pump or
-     the churn is inside a call of the driver: the condition those drivers
-     wait for.  A thread switch lands inside such a call only at an
-     allocation there (the runtime's tick), so during the measure the pump
-     and the churn hand the runtime on at each allocation inside their
-     calls (Alloc_points), as a tick landing there would. *)
+     Each judged sleep starts, where it can within 20 ms, while the pump,
+     the churn or the feeder (in turn) is inside a call of the driver: the
+     condition those drivers wait for.  A thread switch lands inside such a
+     call only at an allocation there (where the runtime's tick happens
+     to), so during the measure those three hand the runtime on at each
+     allocation inside their calls (Alloc_points), and the one whose turn
+     it is stays at the allocation the sleep asked for until the sleep
+     has begun.  A measure that met no condition then counts once in the
+     vote, never as plainly released: the conditions are met only by the
+     sleeps that start amid them. *)
   let companions s (dev : K.dev) ~hang ~seen =
-    (* the thread id of the pump's and the churn's call in flight, or -1 *)
-    let pump_in = Atomic.make (-1) and churn_in = Atomic.make (-1) and feeder_in = Atomic.make (-1) in
-    (* nothing allocates between the mark and the driver's call *)
-    let calling mark f =
-      Atomic.set mark (Thread.id (Thread.self ()));
-      match f () with
-      | v -> Atomic.set mark (-1); v
-      | exception e -> Atomic.set mark (-1); raise e
+    (* per caller: the thread id of its call in flight (-1: none), the
+       allocations made inside that call so far, and the most any of its
+       calls made *)
+    let mark () = (Atomic.make (-1), Atomic.make 0, Atomic.make 0) in
+    let pump_in = mark () and churn_in = mark () and feeder_in = mark () in
+    let enter (tid, allocs, _) = Atomic.set allocs 0; Atomic.set tid (Thread.id (Thread.self ())) in
+    let leave (tid, allocs, most) =
+      Atomic.set tid (-1);
+      if Atomic.get allocs > Atomic.get most then Atomic.set most (Atomic.get allocs)
     in
-    let in_call () = Atomic.get pump_in >= 0 || Atomic.get churn_in >= 0 || Atomic.get feeder_in >= 0 in
+    (* nothing allocates between the mark and the driver's call *)
+    let calling m f =
+      enter m;
+      match f () with
+      | v -> leave m; v
+      | exception e -> leave m; raise e
+    in
+    (* a judged sleep's request: the caller to hold inside its call, past
+       how many allocations there; and whether it holds there now *)
+    let wanted = Atomic.make None and parked = Atomic.make false in
     let hand_on () =
       let me = Thread.id (Thread.self ()) in
-      if Atomic.get pump_in = me || Atomic.get churn_in = me || Atomic.get feeder_in = me then Thread.yield ()
+      match List.find_opt (fun (tid, _, _) -> Atomic.get tid = me) [ pump_in; churn_in; feeder_in ] with
+      | None -> ()
+      | Some ((_, allocs, _) as m) -> (
+          Atomic.incr allocs;
+          match Atomic.get wanted with
+          | Some (m', depth) when m' == m && Atomic.get allocs >= depth ->
+              (* held here until the sleep has begun (20 ms at most) *)
+              Atomic.set parked true;
+              let until = Probes.now () +. 0.02 in
+              while Atomic.get wanted != None && Probes.now () < until do Thread.yield () done;
+              Atomic.set parked false
+          | _ -> Thread.yield ())
     in
     (* a companion: whether it still works, and its loop, run while the
        measure lasts *)
@@ -965,7 +991,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       (usable, fun running -> try while Atomic.get running && Atomic.get usable do body running done with _ -> Atomic.set usable false)
     in
     let sleeper = companion (fun _ -> P.masked (fun () -> Pk.D.sleep dev.d ~seen ~still_ms:20)) in
-    let on_second =
+    let on_second_device =
       match K.openers () with
       | o1 :: o2 :: _ -> (
           let d2 = K.open_dev s o2 in
@@ -1021,8 +1047,8 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       | Some r ->
           let q = dev.K.facts.queue and sub = Rig_edge.encode [ K.fill_part r ~off:0 ~len:64 ~byte:(K.byte s) ] in
           let feed _ =
-            Atomic.set feeder_in (Thread.id (Thread.self ()));
-            Fun.protect ~finally:(fun () -> Atomic.set feeder_in (-1)) (fun () ->
+            enter feeder_in;
+            Fun.protect ~finally:(fun () -> leave feeder_in) (fun () ->
                 match P.masked (fun () -> q.room sub) with
                 | Rig_edge.Room ->
                     let v = dev.last + 1 in
@@ -1037,26 +1063,42 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
           in
           [ companion feed ]
     in
-    let on_second = on_second @ feeder in
-    let all = sleeper :: on_second in
+    let callers = on_second_device @ feeder in
+    let all = sleeper :: callers in
     (* before a judged sleep: hands the runtime on until the pump or the
        churn is inside a call, 20 ms at most *)
-    let amid_call () =
-      if on_second <> [] then begin
+    (* the companions in turn, one per sleep: each driver's condition
+       may be one of them alone *)
+    let turns =
+      Array.of_list ((if on_second_device <> [] then [ pump_in; churn_in ] else []) @ if feeder <> [] then [ feeder_in ] else [])
+    in
+    (* ... and amid its call: past the middle allocation its calls make,
+       or the one before, or the one after, in turn.  A driver may note its
+       call in flight only after allocations of its own wrapper (blind
+       am-held-alloc-inflight: two) and end the note before the last ones *)
+    let amid_call k =
+      if turns <> [||] then begin
+        let n = Array.length turns in
+        let ((_, _, most) as m) = turns.(k mod n) in
+        let depth = max 1 (((Atomic.get most + 1) / 2) + [| 0; -1; 1 |].(k / n mod 3)) in
         let until = Probes.now () +. 0.02 in
-        while (not (in_call ())) && Probes.now () < until do Thread.yield () done
+        Atomic.set parked false;
+        Atomic.set wanted (Some (m, depth));
+        while (not (Atomic.get parked)) && Probes.now () < until do Thread.yield () done;
+        (* the sleep begins with no yield before it: the caller stays there *)
+        Atomic.set wanted None
       end
     in
     let with_company f =
       let running = Atomic.make true in
-      if on_second <> [] then Alloc_points.use hand_on;
+      if callers <> [] then Alloc_points.use hand_on;
       let threads = List.filter_map (fun (usable, body) -> if Atomic.get usable then Some (Thread.create body running) else None) all in
       Fun.protect f ~finally:(fun () ->
           Atomic.set running false;
           List.iter Thread.join threads;
-          if on_second <> [] then Alloc_points.use ignore)
+          if callers <> [] then Alloc_points.use ignore)
     in
-    (with_company, amid_call)
+    (with_company, amid_call, callers <> [])
   in
   K.run ~clause:"SIG-3" ~seed (fun s ->
       if not (Pr.hooks_judge && P.runtime_hooks_chained ()) then
@@ -1066,7 +1108,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       let h = K.kit_entry s dev "hang" hang in
       dev.hung <- true;
       let w = Pk.D.signaled dev.d in
-      let with_company, amid_call = companions s dev ~hang ~seen:w in
+      let with_company, amid_call, company = companions s dev ~hang ~seen:w in
       (* One measure: sleeps until [blocked_goal_ms] spent inside them, on a
          thread of its own (bounded), since a sleep with work hanging that
          never returns is TIME-4's, not this clause's. *)
@@ -1082,7 +1124,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                 if Pr.enough_sleeps ~calls ~blocked_ms then (calls, blocked_ms, own, None)
                 else
                   let still_ms = Pr.still_cycle.(calls mod Array.length Pr.still_cycle) in
-                  amid_call ();
+                  amid_call calls;
                   let _, held0 = P.time_in_waits () and t0 = Probes.now () in
                   match P.masked (fun () -> Pk.D.sleep dev.d ~seen:w ~still_ms) with
                   | () ->
@@ -1107,7 +1149,10 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
             match Pr.own_hold own with
             | Some h when waits_entered > 0 ->
             let kept_n, released_n =
-              Pr.count_vote ~kept:(Pr.kept_in_waits_ms ~blocked_ms h) ~plain:(Pr.plainly_released_ms ~blocked_ms h) (kept_n, released_n)
+              (* with company, a measure met only the conditions its sleeps
+                 happened to start amid: one that found none counts once *)
+              Pr.count_vote ~kept:(Pr.kept_in_waits_ms ~blocked_ms h)
+                ~plain:((not company) && Pr.plainly_released_ms ~blocked_ms h) (kept_n, released_n)
             in
             let measures = measures + 1 in
             if kept_n >= Pr.kept_votes then

@@ -365,6 +365,19 @@ let stop5_keeps (module P : Package) ~seed =
         | None -> ( match K.alloc s a Device n with Some r -> r | None -> raise (Skip "setup: no memory"))
       in
       let idle = K.alloc s a Device word in
+      (* an image, and host pages under a map_host region: rig unloads and
+         frees them after stop too, and the pages are the program's *)
+      let image = match K.image s a P.kit.binary with Ok i -> Some i | Error _ | (exception _) -> None in
+      let host =
+        if not a.facts.maps_host then None
+        else
+          match K.host_pages s 4096 with
+          | addr, ba ->
+              let bytes = K.pattern s 4096 in
+              String.iteri (fun i c -> Bigarray.Array1.set ba i c) bytes;
+              (match K.map_host s a addr 4096 with _ -> Some (ba, bytes) | exception _ -> None)
+          | exception Skip _ -> None
+      in
       let p = K.pattern s n in
       let have_bytes = K.write r ~off:0 p in
       let off = word * K.int s (n / word) in
@@ -411,15 +424,26 @@ let stop5_keeps (module P : Package) ~seed =
           | exception P.D.Fault why ->
               K.flag_value s "after %s's stop, a read of its region through %s's mapping raised Fault (%s): the stop released the mapping rig made"
                 a.oname mp.dev.oname why));
-      (match idle with
-      | Some r2 when w = v && K.settled a ~ms:3000 -> (
-          match K.free_reg r2 with
+      (* rig's release of something it made, once the word settled: only
+         a Fault, which rig drops after stop (STOP-7), may come of it *)
+      let released_by_stop what release =
+        if w = v && K.settled a ~ms:3000 then
+          match release () with
           | () -> ()
           | exception P.D.Fault _ -> ()
           | exception e ->
-              K.flag_value s "after %s's stop (the word at the last value), rig's free of a region alloc made, which nothing mapped, raised %s: stop released it"
-                a.oname (Printexc.to_string e))
+              K.flag_value s "after %s's stop (the word at the last value), rig's %s raised %s: stop released it" a.oname what
+                (Printexc.to_string e)
+      in
+      Option.iter (fun r2 -> released_by_stop "free of a region alloc made, which nothing mapped," (fun () -> K.free_reg r2)) idle;
+      (match host with
+      | Some (ba, bytes) when w = v ->
+          let now = String.init 4096 (Bigarray.Array1.get ba) in
+          if now <> bytes then
+            K.flag_value s "after %s's stop, the host pages under a map_host region of it no longer hold the program's bytes: %s" a.oname
+              (Probes.first_difference now bytes)
       | _ -> ());
+      Option.iter (fun i -> released_by_stop "unload of an image it loaded" (fun () -> K.unload_img i)) image;
       (* A word of the driver's own stays until rig frees it, also once rig
          opened the name anew (at an open of its name rig stops the old
          device, opens the new one, and frees the old one's regions and
@@ -441,6 +465,36 @@ let stop5_keeps (module P : Package) ~seed =
                 K.flag_value s "after %s's stop, a new open of its name made signaled of the stopped device raise %s: stop gave the word up before rig freed it"
                   a.oname (Printexc.to_string e))
         | exception Not_opened _ -> ())
+
+(* STOP-5 from the other side of a peer mapping: the stop of the device
+   that mapped another device's region releases nothing rig made, so the
+   region, its own device idle and open, still holds its bytes (blind
+   sr-stop-unmaps-peer-backing: the importer's stop unmapped the pages
+   under its mapping, the exporter's next read of its own region died).
+   rig frees the mapping itself after the stop, as it does each region. *)
+let stop5_importer_stop (module P : Package) ~seed =
+  let module K = Kit (P) in
+  K.run ~clause:"STOP-5" ~seed (fun s ->
+      let a, b = K.open_two s in
+      let n = word * (1 + K.int s 512) in
+      let r =
+        match K.alloc_host s a n with
+        | Some r -> r
+        | None -> ( match K.alloc s a Device n with Some r -> r | None -> raise (Skip "setup: no memory"))
+      in
+      let p = K.pattern s n in
+      if not (K.write r ~off:0 p) then raise (Skip "setup: the region has no reach to write its bytes with");
+      let mapping = match K.map_peer s b r with mp -> mp | exception e -> raise (Skip (spf "setup: map_peer raised %s" (Printexc.to_string e))) in
+      if K.read mapping ~off:0 ~len:n <> Some p then raise (Skip "setup: the mapping does not read the region's bytes");
+      ignore (K.stop s b ~bound_ms:9000);
+      match K.read r ~off:0 ~len:n with
+      | Some got when got <> p ->
+          K.flag_value s "after %s's stop, %s's own region (mapped by %s before) no longer holds its bytes: %s" b.oname a.oname b.oname
+            (Probes.first_difference got p)
+      | _ -> ()
+      | exception P.D.Fault why ->
+          K.flag_value s "after %s's stop, a read of %s's own region (mapped by %s before) raised Fault (%s): the stop released it" b.oname a.oname
+            b.oname why)
 
 (* STOP-6: once the word shows the last value and stop returned, the word
    stays. Stopped on a spin (Stop_on_spin) that still runs when stop
@@ -610,6 +664,7 @@ let cases =
     case "probe.STOP-3.fill-running" "STOP-3" stop3_fill_running;
     case "probe.STOP-4.drop-encoded" "STOP-4" stop4_drop_encoded;
     case "probe.STOP-5.keeps-word" "STOP-5" stop5_keeps;
+    case "probe.STOP-5.importer-stop" "STOP-5" stop5_importer_stop;
     case "probe.STOP-6.no-late-write" "STOP-6" stop6_no_late_write;
     case "probe.STOP-8.old-frees" "STOP-8" stop8_old_frees;
   ]
