@@ -38,10 +38,10 @@ First certification (--seeds 1 -j 2):
 
 Since (stop 39, no driver changed): the busy-wait probe's companions hand
 the runtime on at each allocation inside their driver calls, each judged
-sleep starts with one of them held inside its call (the pump, the churn or
-a new feeder of the judged device's own queue, in turn), and a measure that
-met no condition counts once in the vote: alloc-inflight and grow-pending
-are caught (10 of 10 seeds each with `run`).  slow-code and nth-map stay
+sleep of three starts with them held inside their calls (the pump, the
+churn and a new feeder of the judged device's own queue), and a measure
+that met no condition counts once in the vote: alloc-inflight is caught (8
+of 8 seeds with `run`), grow-pending in about 7 of 8 (UNSTABLE).  slow-code and nth-map stay
 missed: no companion loads images or maps regions.
 
 | driver                      | what its sleep / calls do                                              | clause     |
@@ -99,7 +99,14 @@ CONFORMING = {
 }
 
 
-@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED))
+# Caught in some runs only: driver -> how often.
+UNSTABLE = {
+    "am-held-grow-pending": "caught in about 7 of 8 seeds: its condition is met only when a judged "
+    "sleep starts while the feeder's growth is pending or ran in the last ms",
+}
+
+
+@pytest.mark.parametrize("driver", params(sorted(BROKEN), MISSED, UNSTABLE))
 def test_broken_fails_exactly_its_clause(driver, tmp_path):
     assert_fails_exactly(BLINDAM, driver, BROKEN[driver], tmp_path)
 

@@ -667,7 +667,7 @@ int fake_region_read(struct fake_region *r, size_t off, void *into, size_t len) 
 }
 
 int fake_region_revoked(struct fake_region *r) {
-  if (atomic_load(&r->mem->revoked)) return 1;
+  if (r->mem && atomic_load(&r->mem->revoked)) return 1; /* the word has no mem */
   struct fake_dev *e = r->exporter;
   if (!e) return 0;
   dev_lock(e);
@@ -1494,7 +1494,7 @@ void fake_stop(struct fake_dev *d) {
      * it maps too (STOP-5): its own device's reach of it faults. */
     for (int b = 0; b < FAKE_BUCKETS; b++)
       for (struct fake_region *r = d->buckets[b]; r; r = r->next)
-        if (r->kind == -1 && r->mem->owned) atomic_store(&r->mem->revoked, 1);
+        if (r->kind == -1 && r->mem && r->mem->owned) atomic_store(&r->mem->revoked, 1);
   if (mutant(d, FAKE_M_STOP_FREES_REGIONS))
     /* Releases what rig made (STOP-5): rig's later free of each region
      * then uses it after this free. */

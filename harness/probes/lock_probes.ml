@@ -904,6 +904,9 @@ module Probe (Pk : Rig_edge.Package) = struct
     | Ok _ -> []
 end
 
+(* A companion's driver call in flight, for sig3_busy below. *)
+type in_call = { tid : int Atomic.t; allocs : int Atomic.t; most : int Atomic.t; want : int Atomic.t; parked : bool Atomic.t }
+
 (* SIG-3 with work running: the idle probe above sleeps on an idle device
    only, and a step may keep the runtime only while the device has work in
    flight ("completion is near, poll for latency": blind nj-sig3-busy-poll
@@ -938,27 +941,30 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
      do not add to.  What cannot be set up (one opener, no Device memory, a
      third open refused) is left out; a companion's call that fails or
      raises ends that companion for the case.
-     Each judged sleep starts, where it can within 20 ms, while the pump,
-     the churn or the feeder (in turn) is inside a call of the driver: the
-     condition those drivers wait for.  A thread switch lands inside such a
-     call only at an allocation there (where the runtime's tick happens
-     to), so during the measure those three hand the runtime on at each
-     allocation inside their calls (Alloc_points), and the one whose turn
-     it is stays at the allocation the sleep asked for until the sleep
-     has begun.  A measure that met no condition then counts once in the
-     vote, never as plainly released: the conditions are met only by the
-     sleeps that start amid them. *)
+     Two judged sleeps of three start, where they can within 20 ms, while
+     the pump, the churn and the feeder are each inside a call of the
+     driver: the condition those drivers wait for.  A thread switch lands
+     inside such a call only at an allocation there, where the runtime's
+     tick happens to, so each of them stays at an allocation inside its
+     call (an Alloc_points callback), about the middle one of its calls,
+     until the sleep has begun.  The third sleep starts with them all at
+     work, for what they did last (a growth, a submit a few ms ago).  A
+     measure that met no condition counts once in the vote, never as
+     plainly released: the conditions are met only by the sleeps that
+     start amid them. *)
   let companions s (dev : K.dev) ~hang ~seen =
     (* per caller: the thread id of its call in flight (-1: none), the
-       allocations made inside that call so far, and the most any of its
-       calls made *)
-    let mark () = (Atomic.make (-1), Atomic.make 0, Atomic.make 0) in
+       allocations made inside that call so far, the most any of its calls
+       made, the allocation a judged sleep asks it to stay at (0: none), and
+       whether it stays there now *)
+    let mark () = { tid = Atomic.make (-1); allocs = Atomic.make 0; most = Atomic.make 0; want = Atomic.make 0; parked = Atomic.make false } in
     let pump_in = mark () and churn_in = mark () and feeder_in = mark () in
-    let enter (tid, allocs, _) = Atomic.set allocs 0; Atomic.set tid (Thread.id (Thread.self ())) in
-    let leave (tid, allocs, most) =
-      Atomic.set tid (-1);
-      if Atomic.get allocs > Atomic.get most then Atomic.set most (Atomic.get allocs)
+    let enter m = Atomic.set m.allocs 0; Atomic.set m.tid (Thread.id (Thread.self ())) in
+    let leave m =
+      if Atomic.get m.tid >= 0 then Atomic.set m.most (max (Atomic.get m.allocs) (Atomic.get m.most));
+      Atomic.set m.tid (-1)
     in
+    let forget m = Atomic.set m.tid (-1) in
     (* nothing allocates between the mark and the driver's call *)
     let calling m f =
       enter m;
@@ -966,23 +972,20 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       | v -> leave m; v
       | exception e -> leave m; raise e
     in
-    (* a judged sleep's request: the caller to hold inside its call, past
-       how many allocations there; and whether it holds there now *)
-    let wanted = Atomic.make None and parked = Atomic.make false in
     let hand_on () =
       let me = Thread.id (Thread.self ()) in
-      match List.find_opt (fun (tid, _, _) -> Atomic.get tid = me) [ pump_in; churn_in; feeder_in ] with
+      match List.find_opt (fun m -> Atomic.get m.tid = me) [ pump_in; churn_in; feeder_in ] with
       | None -> ()
-      | Some ((_, allocs, _) as m) -> (
-          Atomic.incr allocs;
-          match Atomic.get wanted with
-          | Some (m', depth) when m' == m && Atomic.get allocs >= depth ->
-              (* held here until the sleep has begun (20 ms at most) *)
-              Atomic.set parked true;
-              let until = Probes.now () +. 0.02 in
-              while Atomic.get wanted != None && Probes.now () < until do Thread.yield () done;
-              Atomic.set parked false
-          | _ -> Thread.yield ())
+      | Some m ->
+          Atomic.incr m.allocs;
+          let want = Atomic.get m.want in
+          if want > 0 && Atomic.get m.allocs >= want then begin
+            (* held here until the sleep has begun (20 ms at most) *)
+            Atomic.set m.parked true;
+            let until = Probes.now () +. 0.02 in
+            while Atomic.get m.want > 0 && Probes.now () < until do Thread.yield () done;
+            Atomic.set m.parked false
+          end
     in
     (* a companion: whether it still works, and its loop, run while the
        measure lasts *)
@@ -1023,7 +1026,10 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                     d2.last <- v;
                     if not (submitted && P.masked (fun () -> calling pump_in q.commit)) then failwith "the pump's submit or commit failed";
                     incr pumped;
-                    if !pumped mod 64 = 0 then settle running
+                    if !pumped mod 64 = 0 then settle running;
+                    (* as the churn and the feeder: none keeps the
+                       runtime from the others for a tick at a time *)
+                    Thread.yield ()
                 | Grow when !pumped > 0 -> settle running; pumped := 0
                 | Grow -> (
                     match P.masked (fun () -> Pk.D.grow d2.d) with
@@ -1048,47 +1054,51 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
           let q = dev.K.facts.queue and sub = Rig_edge.encode [ K.fill_part r ~off:0 ~len:64 ~byte:(K.byte s) ] in
           let feed _ =
             enter feeder_in;
-            Fun.protect ~finally:(fun () -> leave feeder_in) (fun () ->
-                match P.masked (fun () -> q.room sub) with
-                | Rig_edge.Room ->
-                    let v = dev.last + 1 in
-                    let submitted = P.masked (fun () -> q.submit sub ~value:v) in
-                    dev.last <- v;
-                    if not (submitted && P.masked q.commit) then failwith "the feeder's submit or commit failed"
-                | Grow -> (
-                    match P.masked (fun () -> Pk.D.grow dev.d) with
-                    | Rig_edge.Grown -> ()
-                    | Short _ -> failwith "the feeder's queues are full"));
+            let fed =
+              match P.masked (fun () -> q.room sub) with
+              | Rig_edge.Room -> (
+                  let v = dev.last + 1 in
+                  match P.masked (fun () -> q.submit sub ~value:v) with
+                  | submitted ->
+                      dev.last <- v;
+                      submitted && P.masked q.commit
+                  | exception e -> leave feeder_in; raise e)
+              | Grow -> (
+                  (* marked while the growth is pending and runs, but its
+                     allocations count for no depth: a growth is rare *)
+                  match P.masked (fun () -> Pk.D.grow dev.d) with
+                  | Rig_edge.Grown -> forget feeder_in; true
+                  | Short _ -> forget feeder_in; failwith "the feeder's queues are full"
+                  | exception e -> forget feeder_in; raise e)
+              | exception e -> leave feeder_in; raise e
+            in
+            leave feeder_in;
+            if not fed then failwith "the feeder's submit or commit failed";
             Thread.yield ()
           in
           [ companion feed ]
     in
     let callers = on_second_device @ feeder in
     let all = sleeper :: callers in
-    (* before a judged sleep: hands the runtime on until the pump or the
-       churn is inside a call, 20 ms at most *)
-    (* the companions in turn, one per sleep: each driver's condition
-       may be one of them alone *)
-    let turns =
-      Array.of_list ((if on_second_device <> [] then [ pump_in; churn_in ] else []) @ if feeder <> [] then [ feeder_in ] else [])
-    in
-    (* ... and amid its call: past the middle allocation its calls make,
-       or the one before, or the one after, in turn.  A driver may note its
-       call in flight only after allocations of its own wrapper (blind
-       am-held-alloc-inflight: two) and end the note before the last ones *)
-    let amid_call k =
-      if turns <> [||] then begin
-        let n = Array.length turns in
-        let ((_, _, most) as m) = turns.(k mod n) in
-        let depth = max 1 (((Atomic.get most + 1) / 2) + [| 0; -1; 1 |].(k / n mod 3)) in
+    let callers_in = (if on_second_device <> [] then [ pump_in; churn_in ] else []) @ if feeder <> [] then [ feeder_in ] else [] in
+    (* before judged sleep k: two of three hand the runtime on until each
+       caller stays inside a call (20 ms at most), past the middle
+       allocation of as many as its calls make at most, or the one before,
+       or the one after, in turn (a driver may note its call in flight only
+       after allocations of its own wrapper, blind am-held-alloc-inflight:
+       two or three, and end the note before its last ones); the third
+       starts with them all at work *)
+    let amid_calls k =
+      if callers_in <> [] && k mod 3 <> 2 then begin
+        let offset = [| 0; -1; 1 |].((k - (k / 3)) mod 3) in
+        List.iter (fun m -> Atomic.set m.want (max 1 (((Atomic.get m.most + 1) / 2) + offset))) callers_in;
         let until = Probes.now () +. 0.02 in
-        Atomic.set parked false;
-        Atomic.set wanted (Some (m, depth));
-        while (not (Atomic.get parked)) && Probes.now () < until do Thread.yield () done;
-        (* the sleep begins with no yield before it: the caller stays there *)
-        Atomic.set wanted None
+        while (not (List.for_all (fun m -> Atomic.get m.parked) callers_in)) && Probes.now () < until do Thread.yield () done
       end
     in
+    (* called inside the judged sleep's mask, right before the sleep: the
+       mask's own calls may hand the runtime on (Thread.sigmask) *)
+    let let_go () = List.iter (fun m -> Atomic.set m.want 0) callers_in in
     let with_company f =
       let running = Atomic.make true in
       if callers <> [] then Alloc_points.use hand_on;
@@ -1098,7 +1108,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
           List.iter Thread.join threads;
           if callers <> [] then Alloc_points.use ignore)
     in
-    (with_company, amid_call, callers <> [])
+    (with_company, amid_calls, let_go, callers <> [])
   in
   K.run ~clause:"SIG-3" ~seed (fun s ->
       if not (Pr.hooks_judge && P.runtime_hooks_chained ()) then
@@ -1108,7 +1118,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
       let h = K.kit_entry s dev "hang" hang in
       dev.hung <- true;
       let w = Pk.D.signaled dev.d in
-      let with_company, amid_call, company = companions s dev ~hang ~seen:w in
+      let with_company, amid_calls, let_go, company = companions s dev ~hang ~seen:w in
       (* One measure: sleeps until [blocked_goal_ms] spent inside them, on a
          thread of its own (bounded), since a sleep with work hanging that
          never returns is TIME-4's, not this clause's. *)
@@ -1124,9 +1134,9 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                 if Pr.enough_sleeps ~calls ~blocked_ms then (calls, blocked_ms, own, None)
                 else
                   let still_ms = Pr.still_cycle.(calls mod Array.length Pr.still_cycle) in
-                  amid_call calls;
+                  amid_calls calls;
                   let _, held0 = P.time_in_waits () and t0 = Probes.now () in
-                  match P.masked (fun () -> Pk.D.sleep dev.d ~seen:w ~still_ms) with
+                  match P.masked (fun () -> let_go (); Pk.D.sleep dev.d ~seen:w ~still_ms) with
                   | () ->
                       let _, held1 = P.time_in_waits () and ms = (Probes.now () -. t0) *. 1000. in
                       go ~calls:(calls + 1) ~blocked_ms:(blocked_ms +. ms) ~own:((held1 -. held0, ms, still_ms) :: own)
