@@ -69,7 +69,15 @@ MISSED: dict = {}
 # the runtime lock to it again and again) and marked unstable; since stop
 # 36 the sleeping thread's own hold inside its waits judges, and the mark
 # is off.
-UNSTABLE: dict = {}
+# tq-ring-lock's sleep holds the device's ring lock across its wait, so a
+# second sleep of the same device waits for it beyond its own still_ms:
+# TIME-4 too, by its letter ("must return ... at the latest after still_ms
+# milliseconds").  The certifier sees that only when a sleep waits 5 s, as
+# the busy SIG-3 probe's second sleeper did once under the suite's load
+# (stop 39's rehearsal: "sleep did not return within 5 s").
+UNSTABLE: dict = {
+    "tq-ring-lock": "TIME-4 as well when a second sleep of the device waits 5 s for the ring lock (load)",
+}
 
 CONFORMING = {
     "tq-ok-spin": {},

@@ -124,7 +124,7 @@ let why_unchecked _ = "no check of this clause yet"
    its case's clauses. *)
 type premise = {
   check : string;  (** the clause that checks the premise *)
-  shown_by : Runner.result -> bool;  (** the runs whose finding of [check] breaks it *)
+  shown_by : Runner.result -> bool;  (** the runs whose finding of [check] breaks it (or, with [crash_rests], whose crash after [rests]) *)
   rests : string;                     (** the driver function whose call makes a run rest on it *)
   resting : string -> bool;           (** the clauses whose findings rest on it *)
   crash_rests : bool;                 (** whether a crash of such a run rests on it too *)

@@ -345,8 +345,11 @@ let stop4_drop_encoded (module P : Package) ~seed =
 
 (* STOP-5: stop keeps the word (signaled still reads the last value) and
    releases nothing rig made: a region still holds its bytes through a
-   peer's mapping, and an idle region no one maps is still there for rig's
-   free after stop (which may raise only a Fault, dropped; STOP-7). *)
+   peer's mapping, an idle region no one maps and an image are still there
+   for rig's free and unload after stop (which may raise only a Fault,
+   dropped; STOP-7), and host pages under a map_host region keep the
+   program's bytes (pages a stop unmapped kill the process: the case's
+   crash, STOP-5's, blind sr-stop-unmaps-host-pages). *)
 let stop5_keeps (module P : Package) ~seed =
   let module K = Kit (P) in
   K.run ~clause:"STOP-5" ~seed (fun s ->
