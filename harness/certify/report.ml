@@ -146,9 +146,7 @@ let premises =
 (* A crash "in stop" is stop's own: no evidence that stop released what
    later calls used (a crash there of another case may still be, as the
    driver's own work can meet what its stop released). *)
-let crashed_after_stop how =
-  let rec has i = i + 8 <= String.length how && (String.sub how i 8 = " in stop" || has (i + 1)) in
-  not (has 0)
+let crashed_after_stop how = not (Substring.contains ~sub:" in stop" how)
 
 let under_premise results (p : premise) =
   let broken =

@@ -1043,7 +1043,7 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
                 | Some r -> P.masked (fun () -> calling churn_in (fun () -> Pk.D.free d2.d r)); Thread.yield ()
                 | None -> failwith "the churn's alloc failed"
               in
-              [ companion pump; companion churn ])
+              [ (pump_in, companion pump); (churn_in, companion churn) ])
       | _ -> []
     in
     (* marked from room to commit: the device is being fed all along *)
@@ -1076,11 +1076,12 @@ let sig3_busy (module Pk : Rig_edge.Package) ~seed =
             if not fed then failwith "the feeder's submit or commit failed";
             Thread.yield ()
           in
-          [ companion feed ]
+          [ (feeder_in, companion feed) ]
     in
+    (* the companions that call the driver, each with its mark *)
     let callers = on_second_device @ feeder in
-    let all = sleeper :: callers in
-    let callers_in = (if on_second_device <> [] then [ pump_in; churn_in ] else []) @ if feeder <> [] then [ feeder_in ] else [] in
+    let callers_in = List.map fst callers in
+    let all = sleeper :: List.map snd callers in
     (* before judged sleep k: two of three hand the runtime on until each
        caller stays inside a call (20 ms at most), past the middle
        allocation of as many as its calls make at most, or the one before,
